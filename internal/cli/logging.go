@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// newLogger builds the process logger: a human console writer when stderr is
+// a terminal (or --log-format console), one JSON object per line otherwise.
+func newLogger(io *IOStreams, level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		return zerolog.Nop(), usageErrorf("--log-level %q is not a level (allowed: trace, debug, info, warn, error)", level)
+	}
+	var console bool
+	switch strings.ToLower(format) {
+	case "auto":
+		console = io.IsStderrTTY()
+	case "console":
+		console = true
+	case "json":
+		console = false
+	default:
+		return zerolog.Nop(), usageErrorf("--log-format %q is not a format (allowed: console, json, auto)", format)
+	}
+	if console {
+		w := zerolog.ConsoleWriter{Out: io.ErrOut, TimeFormat: time.TimeOnly, NoColor: !io.IsStderrTTY()}
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	}
+	return zerolog.New(io.ErrOut).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// fmtDuration prints a duration rounded for humans.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return d.Round(time.Second).String()
+}
