@@ -1,0 +1,219 @@
+// Package config holds ortrain's configuration: the structs, their defaults,
+// loading (defaults < YAML file < ORTRAIN_* environment < flags, resolved
+// once with viper) and validation with errors that name the field, the value
+// and what is allowed. Nothing else reads the environment for settings.
+package config
+
+import "time"
+
+// Config is the resolved configuration of a training or evaluation run.
+// YAML keys are the mapstructure tags; GRPO fields keep TRL's names.
+type Config struct {
+	// Model is a local Hugging Face model directory or a repo id (Org/Name)
+	// resolved from the local Hugging Face cache.
+	Model string `mapstructure:"model"`
+	// OutputDir receives the run directory: resolved config, manifest,
+	// metrics.jsonl, trajectories and checkpoints.
+	OutputDir string `mapstructure:"output_dir"`
+	// InitModelPreset, when Model does not exist yet, creates it with
+	// `ortrain init-model --preset` (the quickstart uses "tiny").
+	InitModelPreset string `mapstructure:"init_model_preset"`
+	// Seed drives task shuffling, sampling and initialisation.
+	Seed int64 `mapstructure:"seed"`
+
+	Envs    []EnvConfig   `mapstructure:"envs"`
+	Chat    ChatConfig    `mapstructure:"chat"`
+	GRPO    GRPOConfig    `mapstructure:"grpo"`
+	Rollout RolloutConfig `mapstructure:"rollout"`
+	Engine  EngineConfig  `mapstructure:"engine"`
+	Worker  WorkerConfig  `mapstructure:"worker"`
+	Logging LoggingConfig `mapstructure:"logging"`
+}
+
+// EnvConfig is one ORS environment to draw tasks from.
+type EnvConfig struct {
+	// Target is a URL (http://host:port), a catalog name (Owner/Env) or
+	// builtin:NAME (a built-in env served in-process on loopback).
+	Target string `mapstructure:"target"`
+	Split  string `mapstructure:"split"`
+	// NumTasks takes the first N tasks; Indices picks tasks by index. At
+	// most one of the two; neither means the whole split.
+	NumTasks int   `mapstructure:"num_tasks"`
+	Indices  []int `mapstructure:"indices"`
+	// Secrets are passed to the env constructor through X-Secrets.
+	Secrets map[string]string `mapstructure:"secrets"`
+	// Weight is the env's share when several envs are mixed.
+	Weight float64 `mapstructure:"weight"`
+}
+
+// ChatConfig shapes the conversation the policy sees.
+type ChatConfig struct {
+	SystemPrompt string `mapstructure:"system_prompt"`
+	// ToolCallFormat is hermes, llama3_json, mistral, or auto (from the template).
+	ToolCallFormat string `mapstructure:"tool_call_format"`
+	// TemplateKwargs are extra chat-template variables (e.g. enable_thinking).
+	TemplateKwargs map[string]any `mapstructure:"template_kwargs"`
+	// FinalAnswerTool, when set, submits a plain-text final answer to this
+	// tool's single string argument (small models rarely format tool calls).
+	FinalAnswerTool string `mapstructure:"final_answer_tool"`
+}
+
+// GRPOConfig carries the GRPO fields of grpo-reference.md §0 with TRL's
+// names and defaults (where a CPU-first default differs, the comment says).
+type GRPOConfig struct {
+	NumGenerations            int     `mapstructure:"num_generations"`
+	GenerationBatchSize       int     `mapstructure:"generation_batch_size"` // 0: derived (B*S)
+	StepsPerGeneration        int     `mapstructure:"steps_per_generation"`  // 0: derived (= gradient_accumulation_steps)
+	NumIterations             int     `mapstructure:"num_iterations"`
+	PerDeviceTrainBatchSize   int     `mapstructure:"per_device_train_batch_size"`
+	GradientAccumulationSteps int     `mapstructure:"gradient_accumulation_steps"`
+	LossType                  string  `mapstructure:"loss_type"`
+	ImportanceSamplingLevel   string  `mapstructure:"importance_sampling_level"`
+	ScaleRewards              string  `mapstructure:"scale_rewards"`      // group, batch, none
+	RewardAggregation         string  `mapstructure:"reward_aggregation"` // last, sum, max, mean
+	Beta                      float64 `mapstructure:"beta"`
+	Epsilon                   float64 `mapstructure:"epsilon"`
+	// EpsilonHigh 0 means "same as epsilon" (TRL's None).
+	EpsilonHigh float64 `mapstructure:"epsilon_high"`
+	// Delta 0 means off (TRL's None).
+	Delta                    float64 `mapstructure:"delta"`
+	Temperature              float64 `mapstructure:"temperature"`
+	TopP                     float64 `mapstructure:"top_p"`
+	TopK                     int     `mapstructure:"top_k"`
+	MinP                     float64 `mapstructure:"min_p"`
+	MaxCompletionLength      int     `mapstructure:"max_completion_length"`
+	MaxToolCallingIterations int     `mapstructure:"max_tool_calling_iterations"`
+	MaskTruncatedCompletions bool    `mapstructure:"mask_truncated_completions"`
+	// VLLM importance-sampling correction (used when the sampler returns log-probs that differ from the trainer's).
+	VLLMISCorrection bool    `mapstructure:"vllm_importance_sampling_correction"`
+	VLLMISMode       string  `mapstructure:"vllm_importance_sampling_mode"`
+	VLLMISClipMin    float64 `mapstructure:"vllm_importance_sampling_clip_min"`
+	VLLMISClipMax    float64 `mapstructure:"vllm_importance_sampling_clip_max"`
+
+	LearningRate    float64 `mapstructure:"learning_rate"`
+	LRSchedulerType string  `mapstructure:"lr_scheduler_type"` // constant, linear, cosine
+	WarmupSteps     int     `mapstructure:"warmup_steps"`
+	WarmupRatio     float64 `mapstructure:"warmup_ratio"`
+	WeightDecay     float64 `mapstructure:"weight_decay"`
+	AdamBeta1       float64 `mapstructure:"adam_beta1"`
+	AdamBeta2       float64 `mapstructure:"adam_beta2"`
+	AdamEpsilon     float64 `mapstructure:"adam_epsilon"`
+	MaxGradNorm     float64 `mapstructure:"max_grad_norm"`
+	// MaxSteps > 0 bounds the run in optimizer steps; otherwise NumTrainEpochs does.
+	MaxSteps              int     `mapstructure:"max_steps"`
+	NumTrainEpochs        float64 `mapstructure:"num_train_epochs"`
+	ShuffleDataset        bool    `mapstructure:"shuffle_dataset"`
+	GradientCheckpointing bool    `mapstructure:"gradient_checkpointing"`
+	// LoggingSteps and SaveSteps are in optimizer steps; 0 disables periodic saves.
+	LoggingSteps int        `mapstructure:"logging_steps"`
+	SaveSteps    int        `mapstructure:"save_steps"`
+	LoRA         LoRAConfig `mapstructure:"lora"`
+}
+
+// LoRAConfig selects LoRA training instead of full fine-tuning.
+type LoRAConfig struct {
+	Enabled       bool     `mapstructure:"enabled"`
+	Rank          int      `mapstructure:"r"`
+	Alpha         float64  `mapstructure:"alpha"`
+	Dropout       float64  `mapstructure:"dropout"`
+	TargetModules []string `mapstructure:"target_modules"`
+}
+
+// RolloutConfig bounds the rollout phase: concurrency and deadlines.
+type RolloutConfig struct {
+	MaxConcurrency int           `mapstructure:"max_concurrency"`
+	EpisodeTimeout time.Duration `mapstructure:"episode_timeout"`
+	CallTimeout    time.Duration `mapstructure:"call_timeout"`
+	// MaxFailureFraction stops the run when more than this fraction of a
+	// step's rollouts fail for infrastructure reasons.
+	MaxFailureFraction float64 `mapstructure:"max_failure_fraction"`
+}
+
+// EngineConfig picks the generation backend.
+type EngineConfig struct {
+	Kind              string        `mapstructure:"kind"` // builtin or vllm
+	GenerateTimeout   time.Duration `mapstructure:"generate_timeout"`
+	MaxBatchSize      int           `mapstructure:"max_batch_size"`
+	VLLMURLs          []string      `mapstructure:"vllm_urls"`
+	VLLMGPUs          []int         `mapstructure:"vllm_gpus"`
+	VLLMReplicas      int           `mapstructure:"vllm_replicas"`
+	VLLMTensorParSize int           `mapstructure:"vllm_tensor_parallel_size"`
+	VLLMExtraArgs     []string      `mapstructure:"vllm_extra_args"`
+}
+
+// WorkerConfig locates and configures the libtorch worker.
+type WorkerConfig struct {
+	// Library is the worker shared library; empty searches ORTRAIN_WORKER_LIB,
+	// next to the binary, and build/.
+	Library string `mapstructure:"library"`
+	Device  string `mapstructure:"device"` // cpu, cuda, cuda:N
+	DType   string `mapstructure:"dtype"`  // float32, bfloat16, float16
+	Threads int    `mapstructure:"threads"`
+	GPUs    []int  `mapstructure:"gpus"`
+}
+
+// LoggingConfig controls run output.
+type LoggingConfig struct {
+	// LogCompletions writes every trajectory to trajectories.jsonl.
+	LogCompletions bool `mapstructure:"log_completions"`
+}
+
+// Default returns the embedded defaults: TRL's GRPO defaults, CPU worker,
+// builtin engine.
+func Default() Config {
+	return Config{
+		OutputDir: "runs/latest",
+		Seed:      42,
+		Chat:      ChatConfig{ToolCallFormat: "auto"},
+		GRPO: GRPOConfig{
+			NumGenerations:            8,
+			NumIterations:             1,
+			PerDeviceTrainBatchSize:   8,
+			GradientAccumulationSteps: 1,
+			LossType:                  "dapo",
+			ImportanceSamplingLevel:   "token",
+			ScaleRewards:              "group",
+			RewardAggregation:         "last",
+			Epsilon:                   0.2,
+			Temperature:               1.0,
+			TopP:                      1.0,
+			MaxCompletionLength:       512,
+			MaxToolCallingIterations:  10,
+			VLLMISCorrection:          true,
+			VLLMISMode:                "sequence_mask",
+			VLLMISClipMax:             3.0,
+			LearningRate:              1e-6,
+			LRSchedulerType:           "linear",
+			AdamBeta1:                 0.9,
+			AdamBeta2:                 0.999,
+			AdamEpsilon:               1e-8,
+			MaxGradNorm:               1.0,
+			NumTrainEpochs:            1,
+			ShuffleDataset:            true,
+			LoggingSteps:              1,
+			SaveSteps:                 50,
+			LoRA: LoRAConfig{
+				Rank: 16, Alpha: 32, Dropout: 0.05,
+				TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+			},
+		},
+		Rollout: RolloutConfig{
+			MaxConcurrency:     64,
+			EpisodeTimeout:     10 * time.Minute,
+			CallTimeout:        2 * time.Minute,
+			MaxFailureFraction: 0.5,
+		},
+		Engine: EngineConfig{
+			Kind:              "builtin",
+			GenerateTimeout:   5 * time.Minute,
+			MaxBatchSize:      64,
+			VLLMReplicas:      1,
+			VLLMTensorParSize: 1,
+		},
+		Worker:  WorkerConfig{Device: "cpu", DType: "float32"},
+		Logging: LoggingConfig{LogCompletions: true},
+	}
+}
+
+// DefaultEnv returns the defaults an env entry gets for keys it omits.
+func DefaultEnv() EnvConfig { return EnvConfig{Split: "train", Weight: 1} }

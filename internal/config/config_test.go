@@ -1,0 +1,195 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cfg.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaultsValidate(t *testing.T) {
+	cfg, err := Load(Source{})
+	require.NoError(t, err)
+	assert.Equal(t, Default().GRPO, cfg.GRPO)
+	assert.Equal(t, "dapo", cfg.GRPO.LossType)
+	assert.Equal(t, 8, cfg.GRPO.NumGenerations)
+	assert.Equal(t, 10*time.Minute, cfg.Rollout.EpisodeTimeout)
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, `
+model: /models/a
+grpo:
+  learning_rate: 2.0e-5
+  num_generations: 4
+  per_device_train_batch_size: 8
+  temperature: 0.7
+rollout:
+  call_timeout: 45s
+envs:
+  - target: builtin:letters
+  - target: http://127.0.0.1:8080
+    split: test
+    indices: [1, 2]
+    weight: 3
+`)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.Float64("temperature", 1.0, "")
+	fs.Int("num-generations", 8, "")
+	require.NoError(t, fs.Parse([]string{"--temperature", "0.9"}))
+
+	cfg, err := Load(Source{
+		File:   file,
+		Getenv: envOf(map[string]string{"ORTRAIN_GRPO_LEARNING_RATE": "3e-5", "ORTRAIN_GRPO_TEMPERATURE": "0.8", "ORTRAIN_SEED": "7"}),
+		Flags:  map[string]*pflag.Flag{"grpo.temperature": fs.Lookup("temperature"), "grpo.num_generations": fs.Lookup("num-generations")},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "/models/a", cfg.Model)                  // file
+	assert.InDelta(t, 3e-5, cfg.GRPO.LearningRate, 1e-12)    // env beats file
+	assert.InDelta(t, 0.9, cfg.GRPO.Temperature, 1e-12)      // changed flag beats env
+	assert.Equal(t, 4, cfg.GRPO.NumGenerations)              // unchanged flag does not beat file
+	assert.Equal(t, int64(7), cfg.Seed)                      // env over default
+	assert.Equal(t, 45*time.Second, cfg.Rollout.CallTimeout) // duration from YAML string
+	assert.Equal(t, 0.2, cfg.GRPO.Epsilon)                   // default kept
+	require.Len(t, cfg.Envs, 2)
+	assert.Equal(t, EnvConfig{Target: "builtin:letters", Split: "train", Weight: 1}, cfg.Envs[0])
+	assert.Equal(t, EnvConfig{Target: "http://127.0.0.1:8080", Split: "test", Indices: []int{1, 2}, Weight: 3}, cfg.Envs[1])
+}
+
+func TestUnknownKeys(t *testing.T) {
+	tests := []struct {
+		name, body, key, suggestion string
+	}{
+		{"typo nested", "grpo:\n  learnig_rate: 1\n", "grpo.learnig_rate", "grpo.learning_rate"},
+		{"misplaced top level", "learning_rate: 1\n", "learning_rate", "grpo.learning_rate"},
+		{"typo top", "modle: x\n", "modle", "model"},
+		{"list item", "envs:\n  - target: a\n    splt: train\n", "envs[0].splt", "envs[0].split"},
+		{"nothing close", "zzzzzzzzzzzz: 1\n", "zzzzzzzzzzzz", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(Source{File: writeFile(t, tc.body)})
+			var uk *UnknownKeyError
+			require.ErrorAs(t, err, &uk)
+			assert.Equal(t, tc.key, uk.Key)
+			assert.Equal(t, tc.suggestion, uk.Suggestion)
+			assert.Contains(t, err.Error(), tc.key)
+		})
+	}
+}
+
+func TestMapsAcceptAnyKey(t *testing.T) {
+	cfg, err := Load(Source{File: writeFile(t, "chat:\n  template_kwargs:\n    enable_thinking: false\nenvs:\n  - target: Eigent/SETA\n    secrets: {OPENAI_API_KEY: x}\n")})
+	require.NoError(t, err)
+	assert.Equal(t, false, cfg.Chat.TemplateKwargs["enable_thinking"])
+	assert.Equal(t, "x", cfg.Envs[0].Secrets["OPENAI_API_KEY"])
+}
+
+func TestBadEnvValueNamesVariable(t *testing.T) {
+	_, err := Load(Source{Getenv: envOf(map[string]string{"ORTRAIN_GRPO_NUM_GENERATIONS": "eight"})})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ORTRAIN_GRPO_NUM_GENERATIONS")
+	assert.Contains(t, err.Error(), "integer")
+}
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		field  string
+	}{
+		{"loss type", func(c *Config) { c.GRPO.LossType = "ppo" }, "grpo.loss_type"},
+		{"group of one", func(c *Config) { c.GRPO.NumGenerations = 1 }, "grpo.num_generations"},
+		{"groups split rounds", func(c *Config) { c.GRPO.NumGenerations = 3 }, "grpo.num_generations"},
+		{"both batch knobs", func(c *Config) { c.GRPO.GenerationBatchSize = 16; c.GRPO.StepsPerGeneration = 2 }, "grpo.generation_batch_size"},
+		{"gen batch not multiple", func(c *Config) { c.GRPO.GenerationBatchSize = 12 }, "grpo.generation_batch_size"},
+		{"scale rewards", func(c *Config) { c.GRPO.ScaleRewards = "yes" }, "grpo.scale_rewards"},
+		{"top p", func(c *Config) { c.GRPO.TopP = 0 }, "grpo.top_p"},
+		{"device", func(c *Config) { c.Worker.Device = "gpu0" }, "worker.device"},
+		{"dtype", func(c *Config) { c.Worker.DType = "fp8" }, "worker.dtype"},
+		{"engine", func(c *Config) { c.Engine.Kind = "sglang" }, "engine.kind"},
+		{"env target", func(c *Config) { c.Envs = []EnvConfig{{Split: "train", Weight: 1}} }, "envs[0].target"},
+		{"env exclusive", func(c *Config) {
+			c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, NumTasks: 3, Indices: []int{1}}}
+		}, "envs[0].num_tasks"},
+		{"warmup both", func(c *Config) { c.GRPO.WarmupSteps = 3; c.GRPO.WarmupRatio = 0.1 }, "grpo.warmup_steps"},
+		{"lora rank", func(c *Config) { c.GRPO.LoRA.Enabled = true; c.GRPO.LoRA.Rank = 0 }, "grpo.lora.r"},
+		{"concurrency", func(c *Config) { c.Rollout.MaxConcurrency = 0 }, "rollout.max_concurrency"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Default()
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, tc.field, fe.Field)
+			assert.Contains(t, err.Error(), tc.field)
+		})
+	}
+}
+
+func TestBatchShape(t *testing.T) {
+	tests := []struct {
+		name                 string
+		b, ga, spg, gbs, g   int
+		wantS, wantN, prompt int
+	}{
+		{"defaults", 8, 1, 0, 0, 8, 1, 8, 1},
+		{"worked example P=1", 4, 2, 0, 0, 4, 2, 8, 2},
+		{"steps per generation", 4, 1, 4, 0, 4, 4, 16, 4},
+		{"generation batch size", 4, 1, 0, 32, 8, 8, 32, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := Default().GRPO
+			g.PerDeviceTrainBatchSize, g.GradientAccumulationSteps = tc.b, tc.ga
+			g.StepsPerGeneration, g.GenerationBatchSize, g.NumGenerations = tc.spg, tc.gbs, tc.g
+			s, err := g.BatchShape()
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantS, s.S)
+			assert.Equal(t, tc.wantN, s.NGen)
+			assert.Equal(t, tc.prompt, s.PromptsPerRound())
+		})
+	}
+}
+
+func TestLossConfigMapping(t *testing.T) {
+	g := Default().GRPO
+	g.LossType, g.Epsilon, g.EpsilonHigh, g.Beta = "cispo", 0.2, 5.0, 0.04
+	lc, err := g.LossConfig()
+	require.NoError(t, err)
+	assert.Equal(t, grpo.LossCISPO, lc.Type)
+	assert.Equal(t, 5.0, lc.EpsilonHigh)
+	assert.Equal(t, grpo.ISCorrectionSequenceMask, lc.ISCorrection)
+
+	g = Default().GRPO
+	lc, err = g.LossConfig()
+	require.NoError(t, err)
+	assert.Equal(t, lc.Epsilon, lc.EpsilonHigh, "epsilon_high 0 means same as epsilon")
+}
+
+func TestKeysCoverTags(t *testing.T) {
+	keys := Keys()
+	assert.Contains(t, keys, "grpo.learning_rate")
+	assert.Contains(t, keys, "envs[].target")
+	assert.Contains(t, keys, "grpo.lora.r")
+	assert.Equal(t, "ORTRAIN_GRPO_LEARNING_RATE", EnvVarFor("grpo.learning_rate"))
+}

@@ -1,0 +1,276 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+)
+
+// FieldError is an invalid config value: it names the field, the value and
+// what is allowed. Validation refuses; it never rewrites a setting.
+type FieldError struct {
+	Field   string
+	Value   any
+	Allowed string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("config %s: %v is not allowed (%s)", e.Field, formatValue(e.Value), e.Allowed)
+}
+
+func formatValue(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprint(v)
+}
+
+func bad(field string, value any, allowedf string, args ...any) error {
+	return &FieldError{Field: field, Value: value, Allowed: fmt.Sprintf(allowedf, args...)}
+}
+
+func oneOf(field, value string, allowed ...string) error {
+	for _, a := range allowed {
+		if value == a {
+			return nil
+		}
+	}
+	return bad(field, value, "allowed: %s", strings.Join(allowed, ", "))
+}
+
+var deviceRE = regexp.MustCompile(`^(cpu|cuda|cuda:[0-9]+)$`)
+
+// Validate checks every field and the relations between them.
+func (c *Config) Validate() error {
+	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateTop() error {
+	if c.OutputDir == "" {
+		return bad("output_dir", c.OutputDir, "a directory path is required")
+	}
+	if c.InitModelPreset != "" && c.Model == "" {
+		return bad("model", c.Model, "a directory to create is required when init_model_preset is set")
+	}
+	return oneOf("chat.tool_call_format", c.Chat.ToolCallFormat, "auto", "hermes", "llama3_json", "mistral")
+}
+
+func (c *Config) validateEnvs() error {
+	for i, e := range c.Envs {
+		f := func(k string) string { return fmt.Sprintf("envs[%d].%s", i, k) }
+		switch {
+		case strings.TrimSpace(e.Target) == "":
+			return bad(f("target"), e.Target, "a URL (http://host:port), a catalog name (Owner/Env) or builtin:NAME")
+		case e.Split == "":
+			return bad(f("split"), e.Split, "a split name such as train")
+		case e.NumTasks < 0:
+			return bad(f("num_tasks"), e.NumTasks, "0 (whole split) or a positive count")
+		case e.NumTasks > 0 && len(e.Indices) > 0:
+			return bad(f("num_tasks"), e.NumTasks, "set num_tasks or indices, not both")
+		case !(e.Weight > 0) || math.IsInf(e.Weight, 0):
+			return bad(f("weight"), e.Weight, "a positive finite number")
+		}
+		for j, idx := range e.Indices {
+			if idx < 0 {
+				return bad(fmt.Sprintf("envs[%d].indices[%d]", i, j), idx, "task indices are >= 0")
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateRuntime() error {
+	r := c.Rollout
+	switch {
+	case r.MaxConcurrency < 1:
+		return bad("rollout.max_concurrency", r.MaxConcurrency, "at least 1")
+	case r.EpisodeTimeout <= 0:
+		return bad("rollout.episode_timeout", r.EpisodeTimeout, "a positive duration such as 10m")
+	case r.CallTimeout <= 0:
+		return bad("rollout.call_timeout", r.CallTimeout, "a positive duration such as 2m")
+	case !(r.MaxFailureFraction >= 0 && r.MaxFailureFraction <= 1):
+		return bad("rollout.max_failure_fraction", r.MaxFailureFraction, "a fraction in [0, 1]")
+	}
+	if err := oneOf("engine.kind", c.Engine.Kind, "builtin", "vllm"); err != nil {
+		return err
+	}
+	switch {
+	case c.Engine.GenerateTimeout <= 0:
+		return bad("engine.generate_timeout", c.Engine.GenerateTimeout, "a positive duration such as 5m")
+	case c.Engine.MaxBatchSize < 1:
+		return bad("engine.max_batch_size", c.Engine.MaxBatchSize, "at least 1")
+	case c.Engine.VLLMReplicas < 1:
+		return bad("engine.vllm_replicas", c.Engine.VLLMReplicas, "at least 1")
+	case c.Engine.VLLMTensorParSize < 1:
+		return bad("engine.vllm_tensor_parallel_size", c.Engine.VLLMTensorParSize, "at least 1")
+	case !deviceRE.MatchString(c.Worker.Device):
+		return bad("worker.device", c.Worker.Device, "cpu, cuda or cuda:N")
+	case c.Worker.Threads < 0:
+		return bad("worker.threads", c.Worker.Threads, "0 (all cores) or a positive count")
+	}
+	return oneOf("worker.dtype", c.Worker.DType, "float32", "bfloat16", "float16")
+}
+
+func (g *GRPOConfig) validate() error {
+	if _, err := g.BatchShape(); err != nil {
+		return err
+	}
+	if _, err := g.LossConfig(); err != nil {
+		return err
+	}
+	if err := oneOf("grpo.scale_rewards", g.ScaleRewards, "group", "batch", "none"); err != nil {
+		return err
+	}
+	if err := oneOf("grpo.reward_aggregation", g.RewardAggregation, "last", "sum", "max", "mean"); err != nil {
+		return err
+	}
+	if err := oneOf("grpo.lr_scheduler_type", g.LRSchedulerType, "constant", "linear", "cosine"); err != nil {
+		return err
+	}
+	switch {
+	case !(g.TopP > 0 && g.TopP <= 1):
+		return bad("grpo.top_p", g.TopP, "in (0, 1]")
+	case g.TopK < 0:
+		return bad("grpo.top_k", g.TopK, "0 (off) or a positive count")
+	case !(g.MinP >= 0 && g.MinP < 1):
+		return bad("grpo.min_p", g.MinP, "in [0, 1)")
+	case g.MaxCompletionLength < 1:
+		return bad("grpo.max_completion_length", g.MaxCompletionLength, "at least 1 token")
+	case g.MaxToolCallingIterations < 0:
+		return bad("grpo.max_tool_calling_iterations", g.MaxToolCallingIterations, "0 (no tool turns) or more")
+	case !(g.LearningRate >= 0) || math.IsInf(g.LearningRate, 0):
+		return bad("grpo.learning_rate", g.LearningRate, "a non-negative number")
+	case g.WarmupSteps < 0:
+		return bad("grpo.warmup_steps", g.WarmupSteps, ">= 0")
+	case !(g.WarmupRatio >= 0 && g.WarmupRatio < 1):
+		return bad("grpo.warmup_ratio", g.WarmupRatio, "in [0, 1)")
+	case g.WarmupSteps > 0 && g.WarmupRatio > 0:
+		return bad("grpo.warmup_steps", g.WarmupSteps, "set warmup_steps or warmup_ratio, not both (warmup_ratio is %v)", g.WarmupRatio)
+	case !(g.WeightDecay >= 0):
+		return bad("grpo.weight_decay", g.WeightDecay, ">= 0")
+	case !(g.AdamBeta1 >= 0 && g.AdamBeta1 < 1):
+		return bad("grpo.adam_beta1", g.AdamBeta1, "in [0, 1)")
+	case !(g.AdamBeta2 >= 0 && g.AdamBeta2 < 1):
+		return bad("grpo.adam_beta2", g.AdamBeta2, "in [0, 1)")
+	case !(g.AdamEpsilon > 0):
+		return bad("grpo.adam_epsilon", g.AdamEpsilon, "> 0")
+	case !(g.MaxGradNorm >= 0):
+		return bad("grpo.max_grad_norm", g.MaxGradNorm, ">= 0 (0 disables clipping)")
+	case g.MaxSteps < 0:
+		return bad("grpo.max_steps", g.MaxSteps, "0 (use num_train_epochs) or a positive count")
+	case g.MaxSteps == 0 && !(g.NumTrainEpochs > 0):
+		return bad("grpo.num_train_epochs", g.NumTrainEpochs, "> 0 when max_steps is 0")
+	case g.LoggingSteps < 1:
+		return bad("grpo.logging_steps", g.LoggingSteps, "at least 1")
+	case g.SaveSteps < 0:
+		return bad("grpo.save_steps", g.SaveSteps, "0 (only at the end) or a positive count")
+	}
+	if g.LoRA.Enabled {
+		switch {
+		case g.LoRA.Rank < 1:
+			return bad("grpo.lora.r", g.LoRA.Rank, "at least 1")
+		case !(g.LoRA.Alpha > 0):
+			return bad("grpo.lora.alpha", g.LoRA.Alpha, "> 0")
+		case !(g.LoRA.Dropout >= 0 && g.LoRA.Dropout < 1):
+			return bad("grpo.lora.dropout", g.LoRA.Dropout, "in [0, 1)")
+		case len(g.LoRA.TargetModules) == 0:
+			return bad("grpo.lora.target_modules", g.LoRA.TargetModules, "at least one module name such as q_proj")
+		}
+	}
+	return nil
+}
+
+// BatchShape is the batch relations of grpo-reference.md §1.1 for one
+// process (P = 1): B completions per micro-batch, S micro-steps per
+// generation round, N_gen completions per round.
+type BatchShape struct {
+	B, GA, S, NGen, G, Iterations int
+}
+
+// PromptsPerRound is N_gen / G, the unique prompts generated per round.
+func (s BatchShape) PromptsPerRound() int { return s.NGen / s.G }
+
+// BatchShape derives and checks the batch relations.
+func (g *GRPOConfig) BatchShape() (BatchShape, error) {
+	s := BatchShape{B: g.PerDeviceTrainBatchSize, GA: g.GradientAccumulationSteps, G: g.NumGenerations, Iterations: g.NumIterations}
+	switch {
+	case s.G < 2:
+		return s, bad("grpo.num_generations", s.G, "at least 2: advantages compare completions within a group")
+	case s.B < 1:
+		return s, bad("grpo.per_device_train_batch_size", s.B, "at least 1 (it counts completions, not prompts)")
+	case s.GA < 1:
+		return s, bad("grpo.gradient_accumulation_steps", s.GA, "at least 1")
+	case s.Iterations < 1:
+		return s, bad("grpo.num_iterations", s.Iterations, "at least 1")
+	case g.GenerationBatchSize < 0:
+		return s, bad("grpo.generation_batch_size", g.GenerationBatchSize, "0 (derived) or a positive count")
+	case g.StepsPerGeneration < 0:
+		return s, bad("grpo.steps_per_generation", g.StepsPerGeneration, "0 (derived) or a positive count")
+	case g.GenerationBatchSize > 0 && g.StepsPerGeneration > 0:
+		return s, bad("grpo.generation_batch_size", g.GenerationBatchSize,
+			"set generation_batch_size or steps_per_generation (%d), not both", g.StepsPerGeneration)
+	}
+	switch {
+	case g.GenerationBatchSize > 0:
+		if g.GenerationBatchSize%s.B != 0 {
+			return s, bad("grpo.generation_batch_size", g.GenerationBatchSize,
+				"a multiple of per_device_train_batch_size (%d)", s.B)
+		}
+		s.NGen, s.S = g.GenerationBatchSize, g.GenerationBatchSize/s.B
+	case g.StepsPerGeneration > 0:
+		s.S, s.NGen = g.StepsPerGeneration, s.B*g.StepsPerGeneration
+	default:
+		s.S, s.NGen = s.GA, s.B*s.GA
+	}
+	if s.NGen%s.G != 0 {
+		return s, bad("grpo.num_generations", s.G,
+			"a divisor of the generation batch size %d (= per_device_train_batch_size %d x steps_per_generation %d), so a round holds whole groups",
+			s.NGen, s.B, s.S)
+	}
+	return s, nil
+}
+
+// LossConfig converts the GRPO fields to the worker's loss configuration.
+func (g *GRPOConfig) LossConfig() (grpo.LossConfig, error) {
+	lc := grpo.DefaultLossConfig()
+	lt, err := grpo.ParseLossType(g.LossType)
+	if err != nil {
+		return lc, bad("grpo.loss_type", g.LossType, "allowed: %s", strings.Join(grpo.LossTypeNames(), ", "))
+	}
+	lvl, err := grpo.ParseISLevel(g.ImportanceSamplingLevel)
+	if err != nil {
+		return lc, bad("grpo.importance_sampling_level", g.ImportanceSamplingLevel, "allowed: token, sequence")
+	}
+	lc.Type, lc.ISLevel = lt, lvl
+	lc.Epsilon, lc.EpsilonHigh = g.Epsilon, g.EpsilonHigh
+	if g.EpsilonHigh == 0 {
+		lc.EpsilonHigh = g.Epsilon
+	}
+	lc.Delta, lc.Beta, lc.Temperature = g.Delta, g.Beta, g.Temperature
+	lc.MaxCompletionLength = g.MaxCompletionLength
+	lc.ISCorrection = grpo.ISCorrectionOff
+	if g.VLLMISCorrection {
+		mode, err := grpo.ParseISCorrection(g.VLLMISMode)
+		if err != nil || mode == grpo.ISCorrectionOff {
+			return lc, bad("grpo.vllm_importance_sampling_mode", g.VLLMISMode, "allowed: token_truncate, token_mask, sequence_truncate, sequence_mask")
+		}
+		lc.ISCorrection = mode
+	}
+	lc.ISClipMin, lc.ISClipMax = g.VLLMISClipMin, g.VLLMISClipMax
+	if g.VLLMISClipMax == 0 {
+		lc.ISClipMax = math.Inf(1)
+	}
+	if err := lc.Validate(); err != nil {
+		return lc, fmt.Errorf("config grpo: %w", err)
+	}
+	return lc, nil
+}
