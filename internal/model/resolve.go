@@ -1,0 +1,125 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// NotFoundError says a model could be found neither as a directory nor in
+// the local Hugging Face cache. Searched lists every path looked at.
+type NotFoundError struct {
+	Name     string
+	Searched []string
+	Reason   string // why the last candidate was rejected, if one existed
+}
+
+func (e *NotFoundError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %q not found", e.Name)
+	if e.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", e.Reason)
+	}
+	fmt.Fprintf(&b, "; searched: %s", strings.Join(e.Searched, ", "))
+	if repoIDPattern.MatchString(e.Name) {
+		fmt.Fprintf(&b, "; ortrain never downloads: run `huggingface-cli download %s` on a machine with network access (set HF_HUB_CACHE or HF_HOME to share the cache), or pass a local model directory", e.Name)
+	} else {
+		b.WriteString("; pass a directory holding config.json and model.safetensors, a Hugging Face repo id (Org/Name) present in the local cache, or create one with `ortrain init-model --preset tiny --out DIR`")
+	}
+	return b.String()
+}
+
+// repoIDPattern matches a Hugging Face repo id such as Qwen/Qwen3-4B.
+var repoIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// HubCacheDir returns the Hugging Face hub cache directory that
+// huggingface_hub would use, from the environment: $HF_HUB_CACHE, else the
+// legacy $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else
+// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
+func HubCacheDir(getenv func(string) string) string {
+	if v := getenv("HF_HUB_CACHE"); v != "" {
+		return v
+	}
+	if v := getenv("HUGGINGFACE_HUB_CACHE"); v != "" {
+		return v
+	}
+	if v := getenv("HF_HOME"); v != "" {
+		return filepath.Join(v, "hub")
+	}
+	if v := getenv("XDG_CACHE_HOME"); v != "" {
+		return filepath.Join(v, "huggingface", "hub")
+	}
+	return filepath.Join(getenv("HOME"), ".cache", "huggingface", "hub")
+}
+
+// Resolve finds a model directory. nameOrDir is either a directory holding
+// config.json, or a Hugging Face repo id (Org/Name) looked up in the local
+// hub cache (models--Org--Name/refs/main names the snapshot to use). It
+// never downloads. searched lists the paths looked at, in order; on failure
+// err is a *NotFoundError carrying the same list.
+func Resolve(nameOrDir string, getenv func(string) string) (dir string, searched []string, err error) {
+	if nameOrDir == "" {
+		return "", nil, fmt.Errorf("model name is empty; pass a model directory or a Hugging Face repo id such as Qwen/Qwen3-0.6B")
+	}
+	searched = append(searched, nameOrDir)
+	if st, statErr := os.Stat(nameOrDir); statErr == nil && st.IsDir() {
+		if hasConfig(nameOrDir) {
+			return nameOrDir, searched, nil
+		}
+		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "directory " + nameOrDir + " has no " + ConfigFile}
+	}
+	if !repoIDPattern.MatchString(nameOrDir) {
+		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "no such directory, and not a repo id of the form Org/Name"}
+	}
+	org, name, _ := strings.Cut(nameOrDir, "/")
+	repoDir := filepath.Join(HubCacheDir(getenv), "models--"+org+"--"+name)
+	snap, looked, reason := snapshotDir(repoDir)
+	searched = append(searched, looked...)
+	if snap == "" {
+		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason}
+	}
+	return snap, searched, nil
+}
+
+// snapshotDir picks the snapshot refs/main points at; when refs/main is
+// missing but exactly one snapshot exists (a cache copied by hand), it uses
+// that one.
+func snapshotDir(repoDir string) (dir string, looked []string, reason string) {
+	ref := filepath.Join(repoDir, "refs", "main")
+	looked = append(looked, ref)
+	if b, err := os.ReadFile(ref); err == nil {
+		sha := strings.TrimSpace(string(b))
+		if sha == "" || strings.ContainsAny(sha, `/\`) || sha == "." || sha == ".." {
+			return "", looked, fmt.Sprintf("%s holds %q, not a commit hash", ref, sha)
+		}
+		snap := filepath.Join(repoDir, "snapshots", sha)
+		looked = append(looked, snap)
+		if hasConfig(snap) {
+			return snap, looked, ""
+		}
+		return "", looked, fmt.Sprintf("snapshot %s has no %s (incomplete download?)", snap, ConfigFile)
+	}
+	snaps := filepath.Join(repoDir, "snapshots")
+	looked = append(looked, snaps)
+	entries, err := os.ReadDir(snaps)
+	if err != nil {
+		return "", looked, "not in the local Hugging Face cache"
+	}
+	var candidates []string
+	for _, e := range entries {
+		if p := filepath.Join(snaps, e.Name()); e.IsDir() && hasConfig(p) {
+			candidates = append(candidates, p)
+		}
+	}
+	if len(candidates) == 1 {
+		return candidates[0], looked, ""
+	}
+	return "", looked, fmt.Sprintf("%s has no refs/main and %d complete snapshots; cannot choose", repoDir, len(candidates))
+}
+
+func hasConfig(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, ConfigFile))
+	return err == nil && !st.IsDir()
+}
