@@ -1,24 +1,39 @@
-# ortrain — build, test, lint, install.
+# ortrain — the two newcomer commands are `make demo` and `make test`.
 GO      ?= go
 BIN     := bin/ortrain
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/ortrain/ortrain/internal/cli.version=$(VERSION)
 
-.PHONY: build test lint install clean
+.PHONY: build test test-go lint install setup worker demo bench clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ortrain
 
-# test runs every test that needs no GPU and no network, race detector on.
-test: lint
-	$(GO) test -race -count=1 ./...
+# setup installs libtorch (Debian libtorch-dev on CPU machines, or the
+# libtorch of a pip torch where one is importable) and builds the worker.
+setup:
+	scripts/install-libtorch.sh
+	$(MAKE) worker
+
+worker:
+	scripts/build-worker.sh
+
+# test: everything that needs no GPU and no network, race detector on.
+test: setup lint test-go
+
+test-go:
+	$(GO) test -race -count=1 -timeout 45m ./...
 
 lint:
 	@out=$$(gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-install:
+install: build
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/ortrain
+
+# demo: the main job on the embedded defaults.
+demo: setup build
+	$(BIN) list-tasks --env builtin:echo --tools
 
 clean:
 	rm -rf bin build

@@ -1,0 +1,80 @@
+// Package engine defines how rollouts ask for tokens: the Generator
+// interface (token ids in; sampled ids, sampler log-probs and a stop reason
+// out) and its backends. The builtin backend batches concurrent requests from
+// many rollouts into one call of the in-process worker.
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// SamplingParams are sent with every request, explicitly, so no server-side
+// generation config can change them.
+type SamplingParams struct {
+	Temperature float64
+	TopP        float64
+	TopK        int // 0 = off
+	MinP        float64
+}
+
+// Request asks for one completion continuing PromptIDs.
+type Request struct {
+	PromptIDs []int32
+	MaxTokens int
+	Sampling  SamplingParams
+	// StopIDs end the completion; the stop token is included in the result.
+	StopIDs []int32
+	// Seed makes the request reproducible; 0 lets the backend choose.
+	Seed int64
+}
+
+// StopReason says why a completion ended.
+type StopReason int
+
+const (
+	// StopToken: the model sampled one of the stop ids (it is the last id).
+	StopToken StopReason = iota
+	// StopLength: the completion hit MaxTokens.
+	StopLength
+)
+
+func (r StopReason) String() string {
+	if r == StopLength {
+		return "length"
+	}
+	return "stop"
+}
+
+// Result is the sampled completion. Logprobs are the sampler's processed
+// log-probs of each sampled id (after temperature and truncation).
+type Result struct {
+	IDs        []int32
+	Logprobs   []float32
+	StopReason StopReason
+}
+
+// Generator produces completions. Implementations are safe for concurrent
+// use; each call is bounded by its context.
+type Generator interface {
+	Generate(ctx context.Context, req Request) (Result, error)
+	// SyncWeights makes the next generations use the trainer's newest
+	// weights (builtin: nothing to do; vLLM: reload or load an adapter).
+	SyncWeights(ctx context.Context, step int) error
+	Close() error
+}
+
+// Validate checks a request before it reaches a backend.
+func (r Request) Validate() error {
+	switch {
+	case len(r.PromptIDs) == 0:
+		return fmt.Errorf("generate: empty prompt")
+	case r.MaxTokens < 1:
+		return fmt.Errorf("generate: max tokens %d must be at least 1", r.MaxTokens)
+	case r.Sampling.Temperature < 0:
+		return fmt.Errorf("generate: temperature %v must be >= 0", r.Sampling.Temperature)
+	case !(r.Sampling.TopP > 0 && r.Sampling.TopP <= 1):
+		return fmt.Errorf("generate: top_p %v must be in (0, 1]", r.Sampling.TopP)
+	}
+	return nil
+}
