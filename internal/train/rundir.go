@@ -1,0 +1,209 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// A run directory holds everything a run leaves behind:
+//
+//	config.yaml         the resolved configuration
+//	manifest.json       versions, model hash, envs, task indices, seed
+//	metrics.jsonl       one JSON object per logged step
+//	trajectories.jsonl  every rollout: prompt, tool calls, outputs, rewards
+//	checkpoints/step-N/ complete checkpoints (DONE marker written last)
+
+// Manifest records what a run was made of, for reproducibility.
+type Manifest struct {
+	OrtrainVersion  string          `json:"ortrain_version"`
+	WorkerVersion   string          `json:"worker_version,omitempty"`
+	LibtorchVersion string          `json:"libtorch_version,omitempty"`
+	Model           string          `json:"model"`
+	ModelHash       string          `json:"model_hash"`
+	Seed            int64           `json:"seed"`
+	Envs            []ManifestEnv   `json:"envs"`
+	StartedAt       string          `json:"started_at"`
+	Extra           json.RawMessage `json:"extra,omitempty"`
+}
+
+// ManifestEnv is one env of the run with the task indices it draws from.
+type ManifestEnv struct {
+	Target  string `json:"target"`
+	Name    string `json:"name"`
+	Split   string `json:"split"`
+	Indices []int  `json:"indices"`
+}
+
+// WriteJSONAtomic writes v as indented JSON through a temp file and rename.
+func WriteJSONAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	return WriteFileAtomic(path, append(b, '\n'))
+}
+
+// WriteFileAtomic writes data so readers see the old file or the new one,
+// never a partial one.
+func WriteFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("publish %s: %w", path, err)
+	}
+	return nil
+}
+
+// JSONLWriter appends one JSON object per line and flushes each line, so an
+// interrupted run loses nothing it has logged. Safe for concurrent use.
+type JSONLWriter struct {
+	mu sync.Mutex
+	f  *os.File
+	w  *bufio.Writer
+}
+
+// OpenJSONL opens path for appending (resume continues the same file).
+func OpenJSONL(path string) (*JSONLWriter, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &JSONLWriter{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+// Write appends v as one line.
+func (j *JSONLWriter) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s line: %w", filepath.Base(j.f.Name()), err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, err := j.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return j.w.Flush()
+}
+
+// Close flushes and closes the file.
+func (j *JSONLWriter) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.w.Flush(); err != nil {
+		j.f.Close()
+		return err
+	}
+	return j.f.Close()
+}
+
+// doneMarker is written last into a checkpoint; only checkpoints that have
+// it are complete.
+const doneMarker = "DONE"
+
+func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
+
+// SaveCheckpoint writes checkpoint step under dir/checkpoints: fill writes
+// the model and optimizer files into a temp directory, then the trainer state
+// and the DONE marker are added and the directory is renamed into place.
+func SaveCheckpoint(dir string, step int, state any, fill func(tmp string) error) (string, error) {
+	root := filepath.Join(dir, "checkpoints")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", fmt.Errorf("create checkpoints dir: %w", err)
+	}
+	tmp, err := os.MkdirTemp(root, ".tmp-"+checkpointName(step)+"-")
+	if err != nil {
+		return "", fmt.Errorf("create checkpoint temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := fill(tmp); err != nil {
+		return "", fmt.Errorf("write checkpoint %d: %w", step, err)
+	}
+	if err := WriteJSONAtomic(filepath.Join(tmp, "trainer_state.json"), state); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, doneMarker), []byte(strconv.Itoa(step)+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("write checkpoint marker: %w", err)
+	}
+	final := filepath.Join(root, checkpointName(step))
+	if err := os.RemoveAll(final); err != nil {
+		return "", fmt.Errorf("replace checkpoint %s: %w", final, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("publish checkpoint %s: %w", final, err)
+	}
+	return final, nil
+}
+
+// ErrNoCheckpoint means a run directory has no complete checkpoint.
+var ErrNoCheckpoint = errors.New("no complete checkpoint")
+
+// LatestCheckpoint finds the complete checkpoint with the highest step.
+func LatestCheckpoint(dir string) (path string, step int, err error) {
+	root := filepath.Join(dir, "checkpoints")
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", 0, fmt.Errorf("%w in %s", ErrNoCheckpoint, dir)
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("list checkpoints: %w", err)
+	}
+	type ck struct {
+		step int
+		path string
+	}
+	var found []ck
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, "step-") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(name, "step-"))
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(root, name)
+		if _, err := os.Stat(filepath.Join(p, doneMarker)); err != nil {
+			continue // incomplete: never resume from it
+		}
+		found = append(found, ck{n, p})
+	}
+	if len(found) == 0 {
+		return "", 0, fmt.Errorf("%w in %s", ErrNoCheckpoint, root)
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].step > found[j].step })
+	return found[0].path, found[0].step, nil
+}
+
+// ReadJSON decodes a JSON file into v.
+func ReadJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCheckpointsAreAtomicAndLatestIsComplete(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := LatestCheckpoint(dir)
+	require.ErrorIs(t, err, ErrNoCheckpoint)
+
+	for _, step := range []int{5, 10} {
+		p, err := SaveCheckpoint(dir, step, map[string]int{"step": step}, func(tmp string) error {
+			return os.WriteFile(filepath.Join(tmp, "weights.bin"), []byte{byte(step)}, 0o644)
+		})
+		require.NoError(t, err)
+		assert.FileExists(t, filepath.Join(p, "DONE"))
+	}
+	// A failed save leaves nothing behind and does not become "latest".
+	_, err = SaveCheckpoint(dir, 20, nil, func(tmp string) error { return errors.New("disk full") })
+	require.ErrorContains(t, err, "disk full")
+	// A directory without the marker (a crash mid-publish) is ignored.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "checkpoints", "step-000030"), 0o755))
+
+	p, step, err := LatestCheckpoint(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 10, step)
+	var st map[string]int
+	require.NoError(t, ReadJSON(filepath.Join(p, "trainer_state.json"), &st))
+	assert.Equal(t, 10, st["step"])
+	entries, _ := os.ReadDir(filepath.Join(dir, "checkpoints"))
+	for _, e := range entries {
+		assert.NotContains(t, e.Name(), ".tmp-", "temp dirs are cleaned up")
+	}
+}
+
+func TestJSONLWriterConcurrentLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.jsonl")
+	w, err := OpenJSONL(p)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() { defer wg.Done(); assert.NoError(t, w.Write(map[string]int{"i": i})) }()
+	}
+	wg.Wait()
+	require.NoError(t, w.Close())
+	f, err := os.Open(p)
+	require.NoError(t, err)
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]int
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
+		n++
+	}
+	assert.Equal(t, 50, n)
+}
