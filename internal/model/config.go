@@ -43,7 +43,7 @@ type Config struct {
 	HiddenAct             string
 	RMSNormEps            float64
 	RopeTheta             float64
-	RopeScaling           json.RawMessage // nil or JSON null when absent
+	RopeScaling           json.RawMessage // nil when absent or null
 	MaxPositionEmbeddings int
 	TieWordEmbeddings     bool
 	TorchDType            string
@@ -149,14 +149,20 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	keys := c.configKeys()
 	present := map[string]bool{}
 	for k, v := range raw {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, v); err != nil {
+			return nil, &FieldError{File: file, Field: k, Problem: err.Error()}
+		}
 		dst, ok := keys[k]
 		if !ok {
-			c.Extra[k] = v
+			c.Extra[k] = compact.Bytes()
 			continue
 		}
 		present[k] = true
 		if k == "rope_scaling" {
-			c.RopeScaling = append(json.RawMessage(nil), v...)
+			if compact.String() != "null" {
+				c.RopeScaling = compact.Bytes()
+			}
 			continue
 		}
 		if err := json.Unmarshal(v, dst); err != nil {

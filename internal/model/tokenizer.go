@@ -1,7 +1,10 @@
 package model
 
 import (
+	"bytes"
 	_ "embed"
+	"encoding/json"
+	"fmt"
 	"strconv"
 )
 
@@ -100,42 +103,74 @@ const qwen2PreTokenizerRegex = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\
 // tokenizer in the HF tokenizers format, laid out like Qwen's: a BPE model
 // whose vocabulary is the 256 byte symbols with no merges (so every byte is
 // one token), Qwen's Split regex followed by ByteLevel as pre-tokenizer,
-// ByteLevel post-processor and decoder, no normalizer.
-func ByteTokenizerJSON() map[string]any {
+// ByteLevel post-processor and decoder, no normalizer. Keys and vocabulary
+// entries are in the order the tokenizers library writes them.
+func ByteTokenizerJSON() json.Marshaler {
 	_, symbols := ByteToUnicode()
-	vocab := make(map[string]int, len(symbols))
+	vocab := make(orderedObject, len(symbols))
 	for id, r := range symbols {
-		vocab[string(r)] = id
+		vocab[id] = member{string(r), id}
 	}
-	byteLevel := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
-	return map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": ByteTokenizerAddedTokens(),
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{
-			"type": "Sequence",
-			"pretokenizers": []any{
-				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": qwen2PreTokenizerRegex}, "behavior": "Isolated", "invert": false},
+	byteLevel := orderedObject{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}
+	return orderedObject{
+		{"version", "1.0"},
+		{"truncation", nil},
+		{"padding", nil},
+		{"added_tokens", ByteTokenizerAddedTokens()},
+		{"normalizer", nil},
+		{"pre_tokenizer", orderedObject{
+			{"type", "Sequence"},
+			{"pretokenizers", []any{
+				orderedObject{{"type", "Split"}, {"pattern", orderedObject{{"Regex", qwen2PreTokenizerRegex}}}, {"behavior", "Isolated"}, {"invert", false}},
 				byteLevel,
-			},
-		},
-		"post_processor": byteLevel,
-		"decoder":        byteLevel,
-		"model": map[string]any{
-			"type":                      "BPE",
-			"dropout":                   nil,
-			"unk_token":                 nil,
-			"continuing_subword_prefix": "",
-			"end_of_word_suffix":        "",
-			"fuse_unk":                  false,
-			"byte_fallback":             false,
-			"ignore_merges":             false,
-			"vocab":                     vocab,
-			"merges":                    []any{},
-		},
+			}},
+		}},
+		{"post_processor", byteLevel},
+		{"decoder", byteLevel},
+		{"model", orderedObject{
+			{"type", "BPE"},
+			{"dropout", nil},
+			{"unk_token", nil},
+			{"continuing_subword_prefix", ""},
+			{"end_of_word_suffix", ""},
+			{"fuse_unk", false},
+			{"byte_fallback", false},
+			{"ignore_merges", false},
+			{"vocab", vocab},
+			{"merges", []any{}},
+		}},
 	}
+}
+
+// member is one key/value of an orderedObject.
+type member struct {
+	key   string
+	value any
+}
+
+// orderedObject is a JSON object that keeps its keys in the given order.
+type orderedObject []member
+
+// MarshalJSON writes the members in order, without HTML escaping.
+func (o orderedObject) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for i, m := range o {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := enc.Encode(m.key); err != nil {
+			return nil, err
+		}
+		buf.WriteByte(':')
+		if err := enc.Encode(m.value); err != nil {
+			return nil, fmt.Errorf("key %q: %w", m.key, err)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 // ByteTokenizerConfigJSON builds tokenizer_config.json for the byte-level
