@@ -87,9 +87,9 @@ func TestHalfConversionsRound(t *testing.T) {
 		{1, 0x3f80, 0x3c00, 1},
 		{1.00390625, 0x3f80, 0x3c04, 1.00390625}, // bf16 tie → even; exact in f16
 		{1 + 3.0/512, 0x3f81, 0x3c06, 1 + 3.0/512},
-		{65520, 0x4780, 0x7c00, float32(math.Inf(1))}, // f16 overflow rounds to inf
+		{65520, 0x4780, 0x7c00, float32(math.Inf(1))},                  // f16 overflow rounds to inf
 		{5.960464477539063e-08, 0x3380, 0x0001, 5.960464477539063e-08}, // smallest f16 subnormal
-		{2.9802322387695312e-08, 0x3300, 0x0000, 0},                     // half of it: tie → even (0)
+		{2.9802322387695312e-08, 0x3300, 0x0000, 0},                    // half of it: tie → even (0)
 		{-0.0001, 0xb8d2, 0x868e, -0.00010001659393310547},
 	}
 	for _, tt := range tests {
