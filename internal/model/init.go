@@ -62,7 +62,7 @@ func (c *Config) TensorSpecs(dt DType) []TensorSpec {
 }
 
 // Init creates a randomly initialised model directory at dir from preset:
-// config.json, generation_config.json, model.safetensors (float32),
+// config.json, generation_config.json, model.safetensors (in torch_dtype),
 // tokenizer.json and tokenizer_config.json (byte-level BPE with the ChatML
 // tool-calling ChatTemplate). Weights follow transformers' _init_weights:
 // matrices and embeddings ~ N(0, initializer_range), the padding row of the
@@ -85,9 +85,6 @@ func initModel(dir string, preset Preset, seed int64, overwrite bool) (err error
 	cfg := preset.Config
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("preset %q: %w", preset.Name, err)
-	}
-	if cfg.TorchDType != "float32" {
-		return fmt.Errorf("preset %q: init writes float32 weights, but torch_dtype is %q", preset.Name, cfg.TorchDType)
 	}
 	dir = filepath.Clean(dir)
 	empty, exists, err := dirState(dir)
@@ -178,59 +175,77 @@ func writeModelFiles(dir string, cfg *Config, seed int64) error {
 	if err := writeJSONFileAtomic(filepath.Join(dir, "tokenizer_config.json"), ByteTokenizerConfigJSON(cfg.MaxPositionEmbeddings)); err != nil {
 		return err
 	}
-	return WriteSafetensorsStream(filepath.Join(dir, SingleWeightsFile), cfg.TensorSpecs(F32), nil,
+	dt := map[string]DType{"float32": F32, "bfloat16": BF16, "float16": F16}[cfg.TorchDType]
+	return WriteSafetensorsStream(filepath.Join(dir, SingleWeightsFile), cfg.TensorSpecs(dt), nil,
 		func(s TensorSpec, w io.Writer) error { return fillInitTensor(w, s, cfg, seed) })
 }
 
-// fillInitTensor writes one tensor's initial float32 values. Each tensor
-// draws from its own PCG stream keyed by (seed, name), so values do not
-// depend on the order tensors are written in.
-func fillInitTensor(w io.Writer, s TensorSpec, cfg *Config, seed int64) error {
-	n := s.ByteLen() / 4
-	switch {
-	case strings.HasSuffix(s.Name, "norm.weight"):
-		return writeConstF32(w, n, 1)
-	case strings.HasSuffix(s.Name, ".bias"):
-		return writeConstF32(w, n, 0)
+// elementWriter buffers values of one dtype and writes them in blocks.
+type elementWriter struct {
+	w   io.Writer
+	dt  DType
+	buf []byte
+}
+
+func newElementWriter(w io.Writer, dt DType) *elementWriter {
+	return &elementWriter{w: w, dt: dt, buf: make([]byte, 0, 1<<16)}
+}
+
+func (e *elementWriter) put(v float32) error {
+	switch e.dt {
+	case BF16:
+		e.buf = binary.LittleEndian.AppendUint16(e.buf, F32ToBF16(v))
+	case F16:
+		e.buf = binary.LittleEndian.AppendUint16(e.buf, F32ToF16(v))
+	default:
+		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(v))
 	}
-	name := fnv.New64a()
-	name.Write([]byte(s.Name))
-	rng := rand.New(rand.NewPCG(uint64(seed), name.Sum64()))
-	std := cfg.InitializerRange
-	padRow := int64(-1)
-	if s.Name == "model.embed_tokens.weight" && len(cfg.PadTokenID) == 1 {
-		padRow = int64(cfg.PadTokenID[0])
+	if len(e.buf) >= cap(e.buf)-4 {
+		return e.flush()
 	}
-	cols := s.Shape[len(s.Shape)-1]
-	buf := make([]byte, 0, 4*4096)
-	for i := int64(0); i < n; i++ {
-		v := float32(rng.NormFloat64() * std)
-		if i/cols == padRow {
-			v = 0 // nn.Embedding(padding_idx) keeps this row zero
-		}
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		if len(buf) == cap(buf) {
-			if _, err := w.Write(buf); err != nil {
-				return err
-			}
-			buf = buf[:0]
-		}
-	}
-	_, err := w.Write(buf)
+	return nil
+}
+
+func (e *elementWriter) flush() error {
+	_, err := e.w.Write(e.buf)
+	e.buf = e.buf[:0]
 	return err
 }
 
-func writeConstF32(w io.Writer, n int64, v float32) error {
-	buf := make([]byte, 0, 4*4096)
-	for i := int64(0); i < n; i++ {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		if len(buf) == cap(buf) {
-			if _, err := w.Write(buf); err != nil {
-				return err
+// fillInitTensor writes one tensor's initial values, drawn in float32 and
+// rounded to the tensor's dtype. Each tensor draws from its own PCG stream
+// keyed by (seed, name), so values do not depend on the order tensors are
+// written in.
+func fillInitTensor(w io.Writer, s TensorSpec, cfg *Config, seed int64) error {
+	n := s.ByteLen() / int64(s.DType.Size())
+	ew := newElementWriter(w, s.DType)
+	var next func(i int64) float32
+	switch {
+	case strings.HasSuffix(s.Name, "norm.weight"):
+		next = func(int64) float32 { return 1 }
+	case strings.HasSuffix(s.Name, ".bias"):
+		next = func(int64) float32 { return 0 }
+	default:
+		name := fnv.New64a()
+		name.Write([]byte(s.Name))
+		rng := rand.New(rand.NewPCG(uint64(seed), name.Sum64()))
+		padRow := int64(-1)
+		if s.Name == "model.embed_tokens.weight" && len(cfg.PadTokenID) == 1 {
+			padRow = int64(cfg.PadTokenID[0])
+		}
+		cols := s.Shape[len(s.Shape)-1]
+		next = func(i int64) float32 {
+			v := float32(rng.NormFloat64() * cfg.InitializerRange)
+			if i/cols == padRow {
+				return 0 // nn.Embedding(padding_idx) keeps this row zero
 			}
-			buf = buf[:0]
+			return v
 		}
 	}
-	_, err := w.Write(buf)
-	return err
+	for i := int64(0); i < n; i++ {
+		if err := ew.put(next(i)); err != nil {
+			return err
+		}
+	}
+	return ew.flush()
 }
