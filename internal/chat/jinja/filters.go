@@ -1,0 +1,386 @@
+package jinja
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+func sortedKeys(m map[string]Value) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (r *renderer) evalFilter(e filterExpr, sc *scope) (Value, error) {
+	v, err := r.eval(e.x, sc)
+	if err != nil {
+		return nil, err
+	}
+	args, kwargs, err := r.evalArgs(e.args, e.kwargs, sc)
+	if err != nil {
+		return nil, err
+	}
+	out, err := applyFilter(e.name, v, args, kwargs)
+	if err != nil {
+		return nil, fmt.Errorf("filter %s: %w", e.name, err)
+	}
+	return out, nil
+}
+
+func arg(args []Value, kwargs map[string]Value, i int, name string) (Value, bool) {
+	if i < len(args) {
+		return args[i], true
+	}
+	v, ok := kwargs[name]
+	return v, ok
+}
+
+func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (Value, error) {
+	switch name {
+	case "tojson":
+		indent := int64(-1)
+		if iv, ok := arg(args, kwargs, 0, "indent"); ok && iv != nil {
+			indent, _ = toInt(iv)
+		}
+		sortKeys := false
+		if sv, ok := kwargs["sort_keys"]; ok {
+			sortKeys = truthy(sv)
+		}
+		return toJSON(v, int(indent), sortKeys)
+	case "trim":
+		return pyStrip(toStr(v), args, true, true)
+	case "string":
+		return toStr(v), nil
+	case "length", "count":
+		return length(v)
+	case "list":
+		return iterate(v)
+	case "items":
+		switch x := v.(type) {
+		case *Dict:
+			return dictItems(x), nil
+		case Undefined:
+			return []Value{}, nil
+		}
+		return nil, fmt.Errorf("can only get item pairs from a mapping, not %s", typeName(v))
+	case "join":
+		return joinFilter(v, args, kwargs)
+	case "first", "last":
+		items, err := iterate(v)
+		if err != nil || len(items) == 0 {
+			return Undefined{Name: name}, err
+		}
+		if name == "first" {
+			return items[0], nil
+		}
+		return items[len(items)-1], nil
+	case "default", "d":
+		def, _ := arg(args, kwargs, 0, "default_value")
+		boolean, _ := arg(args, kwargs, 1, "boolean")
+		if _, undef := v.(Undefined); undef || truthy(boolean) && !truthy(v) {
+			if def == nil && len(args) == 0 {
+				return "", nil
+			}
+			return def, nil
+		}
+		return v, nil
+	case "lower":
+		return strings.ToLower(toStr(v)), nil
+	case "upper":
+		return strings.ToUpper(toStr(v)), nil
+	case "title":
+		return pyTitle(toStr(v)), nil
+	case "capitalize":
+		return pyCapitalize(toStr(v)), nil
+	case "replace":
+		if len(args) < 2 {
+			return nil, fmt.Errorf("needs old and new")
+		}
+		return strings.ReplaceAll(toStr(v), toStr(args[0]), toStr(args[1])), nil
+	case "safe", "e", "escape", "forceescape":
+		return v, nil // autoescape is off in transformers' environment
+	case "abs":
+		if i, ok := v.(int64); ok {
+			return max(i, -i), nil
+		}
+		f, ok := toFloat(v)
+		if !ok {
+			return nil, fmt.Errorf("bad operand type for abs(): %s", typeName(v))
+		}
+		return math.Abs(f), nil
+	case "int":
+		return toIntFilter(v), nil
+	case "float":
+		if f, ok := toFloat(v); ok {
+			return f, nil
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(toStr(v)), 64)
+		if err != nil {
+			return 0.0, nil
+		}
+		return f, nil
+	case "select", "reject", "selectattr", "rejectattr":
+		return selectFilter(name, v, args)
+	case "map":
+		return mapFilter(v, args, kwargs)
+	case "unique":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		var out []Value
+		for _, it := range items {
+			if ok, _ := contains(out, it); !ok {
+				out = append(out, it)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no filter named %q", name)
+}
+
+func toIntFilter(v Value) Value {
+	if i, ok := toInt(v); ok {
+		return i
+	}
+	if f, ok := v.(float64); ok {
+		return int64(f)
+	}
+	if i, err := strconv.ParseInt(strings.TrimSpace(toStr(v)), 10, 64); err == nil {
+		return i
+	}
+	return int64(0)
+}
+
+func length(v Value) (Value, error) {
+	switch x := v.(type) {
+	case string:
+		return int64(len([]rune(x))), nil
+	case []Value:
+		return int64(len(x)), nil
+	case *Dict:
+		return int64(x.Len()), nil
+	case Undefined:
+		return int64(0), nil
+	}
+	return nil, fmt.Errorf("object of type '%s' has no len()", typeName(v))
+}
+
+func joinFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	sep := ""
+	if s, ok := arg(args, kwargs, 0, "d"); ok {
+		sep = toStr(s)
+	}
+	attr, hasAttr := arg(args, kwargs, 1, "attribute")
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if hasAttr {
+			if it, err = getAttr(it, toStr(attr)); err != nil {
+				return nil, err
+			}
+		}
+		parts[i] = toStr(it)
+	}
+	return strings.Join(parts, sep), nil
+}
+
+// selectFilter implements select/reject(test, args...) and
+// selectattr/rejectattr(attr, test, args...).
+func selectFilter(name string, v Value, args []Value) (Value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	byAttr := strings.HasSuffix(name, "attr")
+	keep := strings.HasPrefix(name, "select")
+	attr := ""
+	if byAttr {
+		if len(args) == 0 {
+			return nil, fmt.Errorf("needs an attribute name")
+		}
+		attr, args = toStr(args[0]), args[1:]
+	}
+	out := []Value{}
+	for _, it := range items {
+		subject := it
+		if byAttr {
+			if subject, err = getAttr(it, attr); err != nil {
+				return nil, err
+			}
+		}
+		var ok bool
+		if len(args) == 0 {
+			ok = truthy(subject)
+		} else {
+			if ok, err = applyTest(toStr(args[0]), subject, args[1:]); err != nil {
+				return nil, err
+			}
+		}
+		if ok == keep {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+func mapFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Value, len(items))
+	for i, it := range items {
+		switch attr, ok := kwargs["attribute"]; {
+		case ok:
+			got, err := getAttr(it, toStr(attr))
+			if err != nil {
+				return nil, err
+			}
+			if _, undef := got.(Undefined); undef {
+				if def, ok := kwargs["default"]; ok {
+					got = def
+				}
+			}
+			out[i] = got
+		case len(args) > 0:
+			got, err := applyFilter(toStr(args[0]), it, args[1:], nil)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = got
+		default:
+			return nil, fmt.Errorf("map needs a filter name or attribute=")
+		}
+	}
+	return out, nil
+}
+
+func (r *renderer) evalTest(e testExpr, sc *scope) (Value, error) {
+	v, err := r.eval(e.x, sc)
+	if err != nil {
+		return nil, err
+	}
+	args, _, err := r.evalArgs(e.args, nil, sc)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := applyTest(e.name, v, args)
+	if err != nil {
+		return nil, err
+	}
+	return ok != e.negate, nil
+}
+
+func applyTest(name string, v Value, args []Value) (bool, error) {
+	argAt := func(i int) Value {
+		if i < len(args) {
+			return args[i]
+		}
+		return Undefined{}
+	}
+	switch name {
+	case "defined":
+		_, undef := v.(Undefined)
+		return !undef, nil
+	case "undefined":
+		_, undef := v.(Undefined)
+		return undef, nil
+	case "none":
+		return v == nil, nil
+	case "string":
+		_, ok := v.(string)
+		return ok, nil
+	case "mapping":
+		_, ok := v.(*Dict)
+		return ok, nil
+	case "iterable":
+		switch v.(type) {
+		case string, []Value, *Dict, Undefined:
+			return true, nil
+		}
+		return false, nil
+	case "sequence":
+		switch v.(type) {
+		case string, []Value, *Dict:
+			return true, nil
+		}
+		return false, nil
+	case "number":
+		_, ok := toFloat(v)
+		return ok, nil
+	case "integer":
+		_, ok := v.(int64)
+		return ok, nil
+	case "float":
+		_, ok := v.(float64)
+		return ok, nil
+	case "boolean":
+		_, ok := v.(bool)
+		return ok, nil
+	case "true", "false":
+		b, ok := v.(bool)
+		return ok && b == (name == "true"), nil
+	case "callable":
+		switch v.(type) {
+		case builtinFunc, *macro:
+			return true, nil
+		}
+		return false, nil
+	case "equalto", "eq", "==", "sameas":
+		return equal(v, argAt(0)), nil
+	case "ne", "!=":
+		return !equal(v, argAt(0)), nil
+	case "in":
+		return contains(argAt(0), v)
+	case "lower", "upper":
+		s, ok := v.(string)
+		if !ok {
+			return false, nil
+		}
+		if name == "lower" {
+			return s == strings.ToLower(s), nil
+		}
+		return s == strings.ToUpper(s), nil
+	case "odd", "even", "divisibleby":
+		n, ok := toInt(v)
+		if !ok {
+			return false, fmt.Errorf("test %s needs an integer, got %s", name, typeName(v))
+		}
+		switch name {
+		case "odd":
+			return n%2 != 0, nil
+		case "even":
+			return n%2 == 0, nil
+		}
+		d, ok := toInt(argAt(0))
+		if !ok || d == 0 {
+			return false, fmt.Errorf("divisibleby needs a non-zero integer")
+		}
+		return n%d == 0, nil
+	case "gt", ">", "lt", "<", "ge", ">=", "le", "<=":
+		c, err := compare(v, argAt(0))
+		if err != nil {
+			return false, err
+		}
+		switch name {
+		case "gt", ">":
+			return c > 0, nil
+		case "lt", "<":
+			return c < 0, nil
+		case "ge", ">=":
+			return c >= 0, nil
+		}
+		return c <= 0, nil
+	}
+	return false, fmt.Errorf("no test named %q", name)
+}

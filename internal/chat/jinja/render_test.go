@@ -1,0 +1,96 @@
+package jinja
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const templateTestdata = "../../../testdata/chat-templates"
+
+// fixedClock makes strftime_now deterministic.
+func fixedClock() time.Time { return time.Date(2024, time.July, 26, 12, 0, 0, 0, time.UTC) }
+
+func readJSONFixture(t *testing.T, name string) *Dict {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(templateTestdata, "expected", name))
+	require.NoError(t, err)
+	v, err := FromJSON(data)
+	require.NoError(t, err)
+	return v.(*Dict)
+}
+
+func str(d *Dict, key string) string {
+	v, _ := d.Get(key)
+	s, _ := v.(string)
+	return s
+}
+
+// TestRenderExpected renders every case of hf_jinja2_rendered.json (made
+// with jinja2 in transformers' environment) and compares byte for byte.
+func TestRenderExpected(t *testing.T) {
+	fixture := readJSONFixture(t, "hf_jinja2_rendered.json")
+	casesV, _ := fixture.Get("cases")
+	cases := casesV.([]Value)
+	require.Len(t, cases, 118)
+	parsed := map[string]*Template{}
+	for _, cv := range cases {
+		c := cv.(*Dict)
+		t.Run(str(c, "id"), func(t *testing.T) {
+			path := strings.TrimPrefix(str(c, "template"), "chat-templates/")
+			tmpl, ok := parsed[path]
+			if !ok {
+				src, err := os.ReadFile(filepath.Join(templateTestdata, path))
+				require.NoError(t, err)
+				tmpl, err = Parse(string(src))
+				require.NoError(t, err)
+				parsed[path] = tmpl
+			}
+			vars := map[string]Value{"documents": nil}
+			for _, k := range []string{"messages", "tools", "add_generation_prompt"} {
+				vars[k], _ = c.Get(k)
+			}
+			extra, _ := c.Get("extra_context")
+			for _, k := range extra.(*Dict).Keys() {
+				vars[k], _ = extra.(*Dict).Get(k)
+			}
+			got, err := tmpl.Render(vars, RenderOptions{Now: fixedClock})
+			if want, isErr := c.Get("expected_error"); isErr {
+				require.Error(t, err)
+				assert.Equal(t, want, err.Error())
+				return
+			}
+			require.NoError(t, err)
+			want, _ := c.Get("expected")
+			assert.Equal(t, want, got)
+		})
+	}
+}
+
+// TestRenderLlamaCppCases renders the three cases transcribed from
+// llama.cpp's test-chat-template.cpp.
+func TestRenderLlamaCppCases(t *testing.T) {
+	fixture := readJSONFixture(t, "llama.cpp_test-chat-template.json")
+	messages, _ := fixture.Get("messages")
+	agp, _ := fixture.Get("add_generation_prompt")
+	casesV, _ := fixture.Get("cases")
+	require.Len(t, casesV.([]Value), 3)
+	for _, cv := range casesV.([]Value) {
+		c := cv.(*Dict)
+		t.Run(str(c, "name"), func(t *testing.T) {
+			tmpl, err := Parse(str(c, "template"))
+			require.NoError(t, err)
+			got, err := tmpl.Render(map[string]Value{
+				"messages": messages, "add_generation_prompt": agp,
+				"bos_token": str(c, "bos_token"), "eos_token": str(c, "eos_token"),
+			}, RenderOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, str(c, "expected_output"), got)
+		})
+	}
+}
