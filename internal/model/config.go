@@ -322,26 +322,32 @@ func (c Config) MarshalJSON() ([]byte, error) {
 			out[k] = rs
 			continue
 		}
-		b, err := json.Marshal(v)
+		b, err := marshalNoEscape(v, "")
 		if err != nil {
 			return nil, fmt.Errorf("encode config field %q: %w", k, err)
 		}
 		out[k] = b
 	}
-	return json.Marshal(out)
+	return marshalNoEscape(out, "")
 }
 
 // Encode returns the config as indented JSON with a final newline.
-func (c *Config) Encode() ([]byte, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
+func (c *Config) Encode() ([]byte, error) { return marshalNoEscape(c, "  ") }
+
+// marshalNoEscape is json.Marshal without HTML escaping (transformers
+// writes "<" literally), indented when indent is set, newline-terminated
+// only when indented.
+func marshalNoEscape(v any, indent string) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := json.Indent(&buf, b, "", "  "); err != nil {
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	buf.WriteByte('\n')
+	if indent == "" {
+		return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	}
 	return buf.Bytes(), nil
 }
 

@@ -220,3 +220,36 @@ func TestNumParams(t *testing.T) {
 	}
 	assert.Equal(t, c.NumParams(), total, "TensorSpecs and NumParams agree")
 }
+
+func TestConfigEncodeKeepsAngleBrackets(t *testing.T) {
+	c, err := ParseConfig("config.json", []byte(strings.Replace(qwen3Small, `"use_cache": true`, `"use_cache": true, "note": "<|im_end|> & co"`, 1)))
+	require.NoError(t, err)
+	enc, err := c.Encode()
+	require.NoError(t, err)
+	assert.Contains(t, string(enc), `"note": "<|im_end|> & co"`)
+	assert.True(t, strings.HasSuffix(string(enc), "}\n"))
+}
+
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{qwen3Small, llama3Like, qwen2Minimal, `{}`, `{"architectures":["LlamaForCausalLM"],"eos_token_id":[1,2]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig("config.json", b)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted must encode and parse back to the same config.
+		enc, err := c.Encode()
+		if err != nil {
+			t.Fatalf("encode accepted config: %v", err)
+		}
+		again, err := ParseConfig("config.json", enc)
+		if err != nil {
+			t.Fatalf("re-parse encoded config: %v\n%s", err, enc)
+		}
+		if c.NumParams() != again.NumParams() || c.HeadDim != again.HeadDim || len(c.Extra) != len(again.Extra) {
+			t.Fatalf("round trip changed the config:\n%+v\n%+v", c, again)
+		}
+	})
+}
