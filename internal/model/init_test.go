@@ -210,7 +210,7 @@ func TestInitTokenizerConfig(t *testing.T) {
 	assert.Equal(t, "<|endoftext|>", tc["pad_token"])
 	assert.Nil(t, tc["bos_token"])
 	assert.Equal(t, float64(2048), tc["model_max_length"])
-	assert.Equal(t, ChatTemplate, tc["chat_template"])
+	assert.Equal(t, ChatTemplate(), tc["chat_template"])
 	dec := tc["added_tokens_decoder"].(map[string]any)
 	assert.Len(t, dec, 9)
 	assert.Equal(t, "<|im_start|>", dec["257"].(map[string]any)["content"])
@@ -222,10 +222,10 @@ func TestInitTokenizerConfig(t *testing.T) {
 }
 
 func TestChatTemplateIsQwen25Verbatim(t *testing.T) {
-	sum := sha256.Sum256([]byte(ChatTemplate))
+	sum := sha256.Sum256([]byte(ChatTemplate()))
 	assert.Equal(t, "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f", hex.EncodeToString(sum[:]))
 	for _, s := range []string{"<tools>", "</tools>", "<tool_call>\\n{\\\"name\\\": <function-name>", "<tool_response>", "<|im_start|>assistant\\n"} {
-		assert.Contains(t, ChatTemplate, s)
+		assert.Contains(t, ChatTemplate(), s)
 	}
 }
 

@@ -187,7 +187,11 @@ func decodeSafetensorsHeader(file string, raw []byte, dataLen int64) (*Safetenso
 		}
 		h.Tensors = append(h.Tensors, t)
 	}
-	sort.SliceStable(h.Tensors, func(i, j int) bool { return h.Tensors[i].Begin < h.Tensors[j].Begin })
+	// Empty tensors share their offset with the next one; order them first.
+	sort.SliceStable(h.Tensors, func(i, j int) bool {
+		a, b := h.Tensors[i], h.Tensors[j]
+		return a.Begin < b.Begin || (a.Begin == b.Begin && a.End < b.End)
+	})
 	// The reference parser requires the tensors to tile the data section
 	// exactly: no gaps, no overlap, nothing left over.
 	next := int64(0)

@@ -208,6 +208,14 @@ func TestSafetensorsRejectsCorruptHeaders(t *testing.T) {
 	}
 }
 
+func TestSafetensorsEmptyTensorSharesOffset(t *testing.T) {
+	b := withHeader(`{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}`, make([]byte, 16))
+	h, err := ParseSafetensorsHeader("x", bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	require.Len(t, h.Tensors, 2)
+	assert.Equal(t, "e", h.Tensors[0].Name)
+}
+
 func TestWriteSafetensorsRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {

@@ -8,15 +8,16 @@ import (
 	"strconv"
 )
 
-// ChatTemplate is the ChatML tool-calling template written into every
+//go:embed chat_template.jinja
+var chatTemplate string
+
+// ChatTemplate returns the ChatML tool-calling template written into every
 // initialised model's tokenizer_config.json. It is the Qwen2.5-Instruct
 // chat template, byte for byte (Apache-2.0, Qwen team; sha256
 // cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f, the
 // "chat_template" of Qwen/Qwen2.5-7B-Instruct tokenizer_config.json). Using
 // it verbatim keeps the chat renderer checked against known-good output.
-//
-//go:embed chat_template.jinja
-var ChatTemplate string
+func ChatTemplate() string { return chatTemplate }
 
 // Special token strings of the byte-level tokenizer.
 const (
@@ -189,7 +190,7 @@ func ByteTokenizerConfigJSON(modelMaxLength int) map[string]any {
 		"added_tokens_decoder":         decoder,
 		"additional_special_tokens":    []string{TokenIMStart, TokenIMEnd},
 		"bos_token":                    nil,
-		"chat_template":                ChatTemplate,
+		"chat_template":                chatTemplate,
 		"clean_up_tokenization_spaces": false,
 		"eos_token":                    TokenIMEnd,
 		"errors":                       "replace",
