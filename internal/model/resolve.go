@@ -105,7 +105,7 @@ func snapshotDir(repoDir string) (dir string, looked []string, reason string) {
 	looked = append(looked, snaps)
 	entries, err := os.ReadDir(snaps)
 	if err != nil {
-		return "", looked, "not in the local Hugging Face cache"
+		return "", looked, "no such directory, and not in the local Hugging Face cache"
 	}
 	var candidates []string
 	for _, e := range entries {
