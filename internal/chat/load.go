@@ -58,6 +58,12 @@ func LoadTokenizerWith(modelDir string, opts LoadOptions) (*Tokenizer, error) {
 	}
 	tok.special = resolveSpecial(tok, cfg, readGenerationEOS(filepath.Join(modelDir, "generation_config.json")))
 	tok.chatTemplates = cfg.chatTemplates
+	tok.specialStrings = map[string]string{}
+	for name, v := range map[string]string{"bos_token": cfg.bos, "eos_token": cfg.eos, "pad_token": cfg.pad, "unk_token": cfg.unk} {
+		if v != "" {
+			tok.specialStrings[name] = v
+		}
+	}
 	if src, err := os.ReadFile(filepath.Join(modelDir, "chat_template.jinja")); err == nil {
 		tok.chatTemplates["default"] = string(src)
 	} else if !errors.Is(err, os.ErrNotExist) {

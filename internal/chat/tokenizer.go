@@ -17,8 +17,9 @@ type Tokenizer struct {
 	preTokenizer preTokenizer // nil: the whole segment is one piece
 	decoder      decoder      // nil: concatenate token strings
 
-	special       SpecialTokens
-	chatTemplates map[string]string // "default", "tool_use", ...
+	special        SpecialTokens
+	specialStrings map[string]string // bos_token, eos_token, ... as chat templates see them
+	chatTemplates  map[string]string // "default", "tool_use", ...
 }
 
 // SpecialTokens are the ids a rollout needs to stop generation and pad
