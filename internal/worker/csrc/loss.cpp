@@ -1,0 +1,367 @@
+// loss.cpp: token log-probs (chunked over the vocab projection) and the GRPO
+// losses of grpo-reference.md §4. Shapes: B rows, T = longest completion,
+// N = completion tokens in the batch, V vocab, H hidden.
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "model.h"
+
+namespace ort {
+
+namespace {
+
+// Loss types, mirroring grpo.LossType (values cross the ABI).
+enum LossType { kDAPO = 0, kGRPO = 1, kBNPO = 2, kDrGRPO = 3, kCISPO = 4, kSAPO = 5, kLUSPO = 6, kVESPO = 7 };
+
+bool round_normalised(int t) { return t == kDAPO || t == kCISPO || t == kVESPO; }
+
+// Rows per chunk so that one chunk's logits stay under ~16M elements.
+int64_t chunk_rows(int64_t V) { return std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, V)); }
+
+// ChunkedLogprob computes log softmax(h W^T / tau)[target] and the entropy of
+// that distribution, one row chunk at a time, and recomputes the chunk's
+// logits in backward, so the [N, V] logits never exist at once.
+// d logp/dz = onehot - p; dH/dz = -p (log p + H) (grpo-reference.md §4.1).
+struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                                                const at::Tensor& w, const at::Tensor& targets, double inv_temp) {
+    ctx->set_materialize_grads(false);
+    ctx->save_for_backward({h, w, targets});
+    ctx->saved_data["inv_temp"] = inv_temp;
+    const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const int64_t N = h.size(0), step = chunk_rows(w.size(0));
+    auto logp = at::empty({N}, h.options().dtype(acc));
+    auto ent = at::empty({N}, h.options().dtype(acc));
+    for (int64_t s = 0; s < N; s += step) {
+      const int64_t n = std::min(step, N - s);
+      auto z = at::matmul(h.narrow(0, s, n), w.t()).to(acc) * inv_temp;
+      auto ls = at::log_softmax(z, -1);
+      logp.narrow(0, s, n).copy_(ls.gather(1, targets.narrow(0, s, n).unsqueeze(1)).squeeze(1));
+      ent.narrow(0, s, n).copy_(-(ls.exp() * ls).sum(-1));
+    }
+    return {logp, ent};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &h = saved[0], &w = saved[1], &targets = saved[2];
+    const double inv_temp = ctx->saved_data["inv_temp"].toDouble();
+    const auto &g_lp = grads[0], &g_ent = grads[1];
+    const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor gh = need_h ? at::zeros_like(h) : at::Tensor();
+    at::Tensor gw = need_w ? at::zeros(w.sizes(), w.options().dtype(acc)) : at::Tensor();
+    if (!g_lp.defined() && !g_ent.defined()) return {gh, gw, at::Tensor(), at::Tensor()};
+    const int64_t N = h.size(0), step = chunk_rows(w.size(0));
+    for (int64_t s = 0; s < N; s += step) {
+      const int64_t n = std::min(step, N - s);
+      auto hc = h.narrow(0, s, n);
+      auto z = at::matmul(hc, w.t()).to(acc) * inv_temp;
+      auto ls = at::log_softmax(z, -1);
+      auto p = ls.exp();
+      auto dz = at::zeros_like(z);
+      if (g_lp.defined()) {
+        auto g = g_lp.narrow(0, s, n).to(acc).unsqueeze(1);
+        dz = -p * g;
+        dz.scatter_add_(1, targets.narrow(0, s, n).unsqueeze(1), g);
+      }
+      if (g_ent.defined()) {
+        auto H = -(p * ls).sum(-1, true);
+        dz = dz - g_ent.narrow(0, s, n).to(acc).unsqueeze(1) * p * (ls + H);
+      }
+      dz = (dz * inv_temp).to(h.scalar_type());
+      if (need_h) gh.narrow(0, s, n).copy_(at::matmul(dz, w));
+      if (need_w) gw.add_(at::matmul(dz.t(), hc).to(acc));
+    }
+    if (need_w) gw = gw.to(w.scalar_type());
+    return {gh, gw, at::Tensor(), at::Tensor()};
+  }
+};
+
+// Restores Model::training on every exit path.
+struct TrainingScope {
+  Model& m;
+  TrainingScope(Model& mm, bool on) : m(mm) { m.training = on; }
+  ~TrainingScope() { m.training = false; }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
+                                         double temperature) {
+  if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0, got " + std::to_string(temperature));
+  return ChunkedLogprob::apply(h, w, targets, 1.0 / temperature);
+}
+
+Batch decode_batch(const Model& m, const ort_batch* b) {
+  if (b == nullptr || b->n_rows <= 0) throw std::runtime_error("empty batch: no rows");
+  Batch bt;
+  bt.B = b->n_rows;
+  const int64_t V = m.arch.vocab_size;
+  std::vector<int64_t> gather, targets, rows, cols;
+  for (int64_t i = 0; i < bt.B; i++) {
+    const int64_t len = b->token_off[i + 1] - b->token_off[i], P = b->prompt_len[i];
+    if (P < 1 || P > len) {
+      throw std::runtime_error("row " + std::to_string(i) + ": prompt length " + std::to_string(P) +
+                               " must be in [1, " + std::to_string(len) + "]");
+    }
+    if (b->comp_off[i + 1] - b->comp_off[i] != len - P) {
+      throw std::runtime_error("row " + std::to_string(i) + ": completion arrays do not match its length");
+    }
+    bt.L = std::max(bt.L, len);
+    bt.T = std::max(bt.T, len - P);
+    bt.comp_len.push_back(len - P);
+  }
+  std::vector<int64_t> ids(bt.B * bt.L, 0);
+  for (int64_t i = 0; i < bt.B; i++) {
+    const int32_t* t = b->tokens + b->token_off[i];
+    const int64_t len = b->token_off[i + 1] - b->token_off[i], P = b->prompt_len[i];
+    for (int64_t j = 0; j < len; j++) {
+      if (t[j] < 0 || t[j] >= V) {
+        throw std::runtime_error("row " + std::to_string(i) + " token " + std::to_string(j) + ": id " +
+                                 std::to_string(t[j]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      }
+      ids[i * bt.L + j] = t[j];
+    }
+    for (int64_t j = P; j < len; j++) {
+      gather.push_back(i * bt.L + j - 1);
+      targets.push_back(t[j]);
+      rows.push_back(i);
+      cols.push_back(j - P);
+    }
+  }
+  auto lo = at::TensorOptions().dtype(at::kLong);
+  auto vec = [&](std::vector<int64_t>& v) { return at::tensor(v, lo).to(m.device); };
+  bt.ids = at::tensor(ids, lo).view({bt.B, bt.L}).to(m.device);
+  bt.pos = at::arange(bt.L, lo).view({1, bt.L}).expand({bt.B, bt.L}).contiguous().to(m.device);
+  bt.gather_idx = vec(gather);
+  bt.targets = vec(targets);
+  bt.row_idx = vec(rows);
+  bt.col_idx = vec(cols);
+  return bt;
+}
+
+std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double temperature, bool reference,
+                                       const volatile int32_t* cancel) {
+  const bool lora = m.opts.lora_rank > 0;
+  if (reference && !lora && !m.opts.reference) {
+    throw std::runtime_error("reference log-probs requested but the model was loaded without a reference (set Reference)");
+  }
+  const Weights& w = (reference && !lora) ? m.ref_view : m.view;
+  auto h = forward(m, w, !reference, bt.ids, bt.pos, nullptr, cancel);
+  auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
+  check_cancel(cancel);
+  return chunked_logprobs(hs, lm_head(w), bt.targets, temperature);
+}
+
+namespace {
+
+// LossTerms holds the padded [B, T] inputs of the loss.
+struct LossTerms {
+  at::Tensor logp, ent, mask, adv, old, ref, rho;
+};
+
+// completion_array returns a completion-aligned float array as [N], taking
+// fallback where the row lacks it; undefined when the array is absent.
+at::Tensor completion_array(const Batch& bt, const float* data, const uint8_t* has, const at::Tensor& fallback) {
+  if (data == nullptr) return at::Tensor();
+  const int64_t N = bt.targets.size(0);
+  auto vals = at::from_blob(const_cast<float*>(data), {N}, at::kFloat).to(fallback.options());
+  if (has == nullptr) return vals;
+  std::vector<uint8_t> tok;
+  for (int64_t i = 0; i < bt.B; i++) tok.insert(tok.end(), bt.comp_len[i], has[i] ? 1 : 0);
+  auto present = at::tensor(at::ArrayRef<uint8_t>(tok)).to(at::kBool).to(fallback.device());
+  return at::where(present, vals, fallback);
+}
+
+bool any_row(const uint8_t* has, int64_t B) {
+  if (has == nullptr) return true;
+  for (int64_t i = 0; i < B; i++) {
+    if (has[i]) return true;
+  }
+  return false;
+}
+
+// is_weight is the vLLM importance-sampling correction rho (§4.9), detached.
+at::Tensor is_weight(const ort_loss_config& c, const at::Tensor& old, const at::Tensor& q, const at::Tensor& mask) {
+  auto d = (old - q) * mask;
+  const bool seq = c.is_correction == 3 || c.is_correction == 4;
+  auto rho = seq ? d.sum(1, true).exp() : d.exp();
+  const double lo = c.is_clip_min, hi = c.is_clip_max;
+  if (c.is_correction == 1 || c.is_correction == 3) {
+    rho = rho.clamp(lo > 0 ? c10::optional<at::Scalar>(lo) : c10::nullopt,
+                    std::isfinite(hi) ? c10::optional<at::Scalar>(hi) : c10::nullopt);
+  } else {
+    rho = at::where(rho.lt(lo).logical_or(rho.gt(hi)), at::zeros_like(rho), rho);
+  }
+  return rho.detach();
+}
+
+// vespo_phi is §4.4's per-sequence weight phi(W), detached.
+at::Tensor vespo_phi(const ort_loss_config& c, const LossTerms& t, const at::Tensor& lr) {
+  auto lam_seq = (t.mask * lr.detach().clamp(-20, 20)).sum(1, true);
+  if (t.rho.defined()) lam_seq = lam_seq + t.rho.log().clamp(std::log(1e-8), 20).sum(1, true);
+  auto logW = lam_seq.clamp(std::log(1e-8), 20);
+  auto W = logW.exp();
+  auto pos = t.adv.ge(0);
+  auto k = at::where(pos, at::full_like(W, c.vespo_k_pos), at::full_like(W, c.vespo_k_neg));
+  auto lam = at::where(pos, at::full_like(W, c.vespo_lambda_pos), at::full_like(W, c.vespo_lambda_neg)).clamp_min(1e-4);
+  auto phi = (lam + k * logW - lam * W).exp();
+  return at::nan_to_num(phi, 0.0, 0.0, 0.0).detach();
+}
+
+void clip_stats(const ort_loss_config& c, const at::Tensor& wt, const LossTerms& t, bool seq, ort_loss_stats* st) {
+  auto low = wt.lt(1 - c.epsilon).logical_and(t.adv.lt(0)).to(t.mask.scalar_type());
+  auto high = wt.gt(1 + c.epsilon_high).logical_and(t.adv.gt(0)).to(t.mask.scalar_type());
+  auto region = (low + high).clamp_max(1);
+  at::Tensor low_row, high_row;
+  if (seq) {  // each row counts once (§5)
+    st->clip_low = low.sum().item<double>();
+    st->clip_high = high.sum().item<double>();
+    st->clip_region = region.sum().item<double>();
+    st->clip_denom = static_cast<double>(t.mask.size(0));
+    low_row = low.view(-1);
+    high_row = high.view(-1);
+  } else {
+    auto rows = t.mask.sum(1).clamp_min(1);
+    st->clip_low = (low * t.mask).sum().item<double>();
+    st->clip_high = (high * t.mask).sum().item<double>();
+    st->clip_region = (region * t.mask).sum().item<double>();
+    st->clip_denom = t.mask.sum().item<double>();
+    low_row = (low * t.mask).sum(1) / rows;
+    high_row = (high * t.mask).sum(1) / rows;
+  }
+  st->clip_low_min = low_row.min().item<double>();
+  st->clip_high_max = high_row.max().item<double>();
+}
+
+// per_token_objective is §4.4's l_{i,t} before the modifiers of §4.5.
+at::Tensor per_token_objective(const ort_loss_config& c, const LossTerms& t, const at::Tensor& w,
+                               const at::Tensor& lr, ort_loss_stats* st) {
+  const auto& A = t.adv;
+  switch (c.loss_type) {
+    case kDAPO:
+    case kGRPO:
+    case kBNPO:
+    case kDrGRPO:
+    case kLUSPO: {
+      auto wt = c.delta > 0 ? w.clamp_max(c.delta) : w;
+      auto clipped = w.clamp(1 - c.epsilon, 1 + c.epsilon_high);
+      clip_stats(c, wt.detach(), t, c.is_level == 1, st);
+      return -at::min(wt * A, clipped * A);
+    }
+    case kCISPO:
+      st->cispo_clip = (w.detach().gt(c.epsilon_high).logical_and(A.gt(0)) * t.mask).sum().item<double>();
+      return -w.clamp_max(c.epsilon_high).detach() * A * t.logp;
+    case kSAPO: {
+      auto kappa = at::where(A.gt(0), at::full_like(A, c.sapo_temp_pos), at::full_like(A, c.sapo_temp_neg));
+      return -at::sigmoid(kappa * (w - 1)) * (4.0 / kappa) * A;
+    }
+    case kVESPO: {
+      if (c.is_correction == 3 || c.is_correction == 4) {
+        if (t.rho.defined()) throw std::runtime_error("loss_type vespo needs a token-level importance sampling correction (token_truncate or token_mask)");
+      }
+      auto phi = vespo_phi(c, t, lr);
+      st->vespo_phi_sum = phi.sum().item<double>();
+      return -phi * A * t.logp;
+    }
+  }
+  throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is not supported by this worker");
+}
+
+// aggregate is §4.6's micro-batch loss for loss_type.
+at::Tensor aggregate(const ort_loss_config& c, const ort_batch* b, const at::Tensor& per_tok, const at::Tensor& mask) {
+  const double GA = std::max<int32_t>(1, b->grad_accum);
+  const double B = static_cast<double>(mask.size(0));
+  auto masked = per_tok * mask;
+  switch (c.loss_type) {
+    case kGRPO:
+    case kSAPO:
+      return (masked.sum(1) / mask.sum(1).clamp_min(1)).mean() / GA;
+    case kBNPO:
+      return masked.sum() / mask.sum().clamp_min(1) / GA;
+    case kDrGRPO:
+      return masked.sum() / (B * c.max_completion_length) / GA;
+    case kLUSPO:  // (1/B) sum_i l_i |o_i|: the row's mean loss times its length
+      return masked.sum(1).mean() / GA;
+    default:
+      return masked.sum() / b->round_tokens;
+  }
+}
+
+void validate(const ort_loss_config& c, const ort_batch* b) {
+  if (c.loss_type < 0 || c.loss_type > kVESPO) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
+  if (!(c.temperature > 0)) throw std::runtime_error("temperature must be > 0");
+  if (round_normalised(c.loss_type) && !(b->round_tokens > 0)) {
+    throw std::runtime_error("round_tokens must be > 0 for loss types dapo, cispo and vespo");
+  }
+  if (c.loss_type == kDrGRPO && c.max_completion_length <= 0) {
+    throw std::runtime_error("max_completion_length must be > 0 for dr_grpo");
+  }
+}
+
+}  // namespace
+
+void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bool backward, ort_loss_stats* st,
+                      const volatile int32_t* cancel) {
+  validate(c, b);
+  Batch bt = decode_batch(m, b);
+  TrainingScope scope(m, backward);
+  at::AutoGradMode grad_mode(backward);
+  auto lpe = token_logprobs(m, bt, c.temperature, false, cancel);
+  const auto opts = lpe[0].options();
+  auto pad = [&](const at::Tensor& flat) {
+    return at::zeros({bt.B, bt.T}, opts).index_put({bt.row_idx, bt.col_idx}, flat);
+  };
+  LossTerms t;
+  const int64_t N = bt.targets.size(0);
+  auto mask_flat = at::from_blob(const_cast<uint8_t*>(b->loss_mask), {N}, at::kByte).to(opts).clamp_max(1);
+  t.mask = pad(mask_flat);
+  t.logp = pad(lpe[0]);
+  t.ent = pad(c.entropy_coef != 0 ? lpe[1] : lpe[1].detach());
+  t.adv = at::from_blob(const_cast<float*>(b->advantages), {bt.B}, at::kFloat).to(opts).view({bt.B, 1});
+  auto old_flat = completion_array(bt, b->old_logps, b->has_old, lpe[0].detach());
+  t.old = old_flat.defined() ? pad(old_flat) : t.logp.detach();
+  if (c.is_correction != 0 && b->sampler_logps != nullptr && any_row(b->has_sampler, bt.B)) {
+    auto q = pad(completion_array(bt, b->sampler_logps, b->has_sampler, old_flat.defined() ? old_flat : lpe[0].detach()));
+    t.rho = is_weight(c, t.old, q, t.mask);
+  }
+  auto lr = t.logp - t.old;
+  auto logw = c.is_level == 1 ? (lr * t.mask).sum(1, true) / t.mask.sum(1, true).clamp_min(1) : lr;
+  auto w = logw.exp();
+  auto per_tok = per_token_objective(c, t, w, lr, st);
+  if (t.rho.defined() && c.loss_type != kVESPO) per_tok = per_tok * t.rho;
+  if (c.beta != 0) {
+    if (b->ref_logps == nullptr) throw std::runtime_error("beta != 0 needs reference log-probs on every row");
+    if (b->has_ref != nullptr) {
+      for (int64_t i = 0; i < bt.B; i++) {
+        if (!b->has_ref[i]) throw std::runtime_error("beta != 0 but row " + std::to_string(i) + " has no reference log-probs");
+      }
+    }
+    auto diff = pad(completion_array(bt, b->ref_logps, nullptr, lpe[0])) - t.logp;
+    auto k3 = diff.exp() - diff - 1;
+    per_tok = per_tok + c.beta * k3;
+    st->kl_sum = (k3 * t.mask).sum().item<double>();
+  }
+  auto loss = aggregate(c, b, per_tok, t.mask);
+  if (c.entropy_coef != 0) {  // §4.7
+    auto hsum = (t.ent * t.mask).sum();
+    auto bonus = round_normalised(c.loss_type) ? hsum / b->round_tokens
+                                               : hsum / t.mask.sum().clamp_min(1) / std::max<int32_t>(1, b->grad_accum);
+    loss = loss - c.entropy_coef * bonus;
+  }
+  st->loss = loss.item<double>();
+  st->active_tokens = t.mask.sum().item<double>();
+  st->rows = static_cast<double>(bt.B);
+  st->entropy_sum = (t.ent.detach() * t.mask).sum().item<double>();
+  check_cancel(cancel);
+  if (backward && loss.requires_grad()) loss.backward();
+}
+
+}  // namespace ort

@@ -1,0 +1,358 @@
+// model.cpp: the decoder (Llama / Qwen2 / Qwen3 / Mistral family), LoRA and
+// the reference copy. Mirrors transformers' modeling_llama / modeling_qwen3:
+// pre-norm blocks, RoPE (rotate_half), GQA, SwiGLU MLP, optional q/k RMSNorm.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "model.h"
+
+namespace ort {
+
+void check_cancel(const volatile int32_t* cancel) {
+  if (cancel != nullptr && *cancel != 0) throw std::runtime_error("cancelled");
+}
+
+at::ScalarType acc_dtype(const Model& m) { return m.dtype == at::kDouble ? at::kDouble : at::kFloat; }
+
+static std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const ort_arch& a) {
+  const int64_t H = a.hidden_size, I = a.intermediate_size, V = a.vocab_size, hd = a.head_dim;
+  const int64_t q = a.num_heads * hd, kv = a.num_kv_heads * hd;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {V, H}});
+  for (int i = 0; i < a.num_layers; i++) {
+    const std::string p = layer_prefix(i);
+    out.push_back({p + "input_layernorm.weight", {H}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, H}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, H}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, H}});
+    if (a.attention_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", {H, q}});
+    if (a.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
+    if (a.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {hd}});
+      out.push_back({p + "self_attn.k_norm.weight", {hd}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {H}});
+    out.push_back({p + "mlp.gate_proj.weight", {I, H}});
+    out.push_back({p + "mlp.up_proj.weight", {I, H}});
+    out.push_back({p + "mlp.down_proj.weight", {H, I}});
+  }
+  out.push_back({"model.norm.weight", {H}});
+  if (!a.tie_embeddings) out.push_back({"lm_head.weight", {V, H}});
+  return out;
+}
+
+static at::Tensor get(std::map<std::string, at::Tensor>& w, const std::string& name) {
+  auto it = w.find(name);
+  if (it == w.end()) throw std::runtime_error("missing tensor " + name);
+  return it->second;
+}
+
+static Lin make_lin(Model& m, std::map<std::string, at::Tensor>& w, const std::string& module, bool bias,
+                    bool with_lora) {
+  Lin l;
+  l.w = get(w, module + ".weight");
+  if (bias) l.b = get(w, module + ".bias");
+  if (with_lora) {
+    auto it = m.lora.find(module);
+    if (it != m.lora.end()) {
+      l.lora_a = it->second.a;
+      l.lora_b = it->second.b;
+    }
+  }
+  return l;
+}
+
+Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora) {
+  Weights v;
+  v.embed = get(w, "model.embed_tokens.weight");
+  v.norm = get(w, "model.norm.weight");
+  v.lm_head = m.arch.tie_embeddings ? v.embed : get(w, "lm_head.weight");
+  for (int i = 0; i < m.arch.num_layers; i++) {
+    const std::string p = layer_prefix(i);
+    LayerW L;
+    L.ln1 = get(w, p + "input_layernorm.weight");
+    L.ln2 = get(w, p + "post_attention_layernorm.weight");
+    if (m.arch.qk_norm) {
+      L.q_norm = get(w, p + "self_attn.q_norm.weight");
+      L.k_norm = get(w, p + "self_attn.k_norm.weight");
+    }
+    const bool ab = m.arch.attention_bias != 0;
+    L.q = make_lin(m, w, p + "self_attn.q_proj", ab, with_lora);
+    L.k = make_lin(m, w, p + "self_attn.k_proj", ab, with_lora);
+    L.v = make_lin(m, w, p + "self_attn.v_proj", ab, with_lora);
+    L.o = make_lin(m, w, p + "self_attn.o_proj", m.arch.o_bias != 0, with_lora);
+    L.gate = make_lin(m, w, p + "mlp.gate_proj", false, with_lora);
+    L.up = make_lin(m, w, p + "mlp.up_proj", false, with_lora);
+    L.down = make_lin(m, w, p + "mlp.down_proj", false, with_lora);
+    v.layers.push_back(L);
+  }
+  return v;
+}
+
+static std::vector<std::string> split_targets(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// make_lora adds PEFT-initialised adapters: A kaiming-uniform(a=sqrt(5)),
+// i.e. U(-1/sqrt(in), 1/sqrt(in)); B zero, so the adapted model starts equal
+// to the base.
+static void make_lora(Model& m) {
+  const auto targets = split_targets(m.lora_targets);
+  if (targets.empty()) throw std::runtime_error("lora: no target modules");
+  const int64_t r = m.opts.lora_rank;
+  m.lora_scale = m.opts.lora_alpha / static_cast<double>(r);
+  for (const auto& t : targets) {
+    bool found = false;
+    for (int i = 0; i < m.arch.num_layers; i++) {
+      for (const char* group : {"self_attn.", "mlp."}) {
+        const std::string module = layer_prefix(i) + group + t;
+        auto it = m.weights.find(module + ".weight");
+        if (it == m.weights.end()) continue;
+        found = true;
+        const int64_t out = it->second.size(0), in = it->second.size(1);
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+        auto opts = at::TensorOptions().dtype(m.dtype).device(m.device);
+        auto a = at::empty({r, in}, at::TensorOptions().dtype(at::kDouble)).uniform_(-bound, bound, m.gen);
+        LoraPair p;
+        p.a = a.to(opts).set_requires_grad(true);
+        p.b = at::zeros({out, r}, opts).set_requires_grad(true);
+        m.lora[module] = p;
+      }
+    }
+    if (!found) throw std::runtime_error("lora: target module " + t + " matches no projection (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  }
+}
+
+void finalize(Model& m) {
+  for (const auto& e : expected_weights(m.arch)) {
+    if (m.weights.find(e.first) == m.weights.end()) throw std::runtime_error("checkpoint lacks tensor " + e.first);
+  }
+  const bool full = m.opts.lora_rank <= 0;
+  for (auto& kv : m.weights) kv.second.set_requires_grad(full);
+  if (!full && m.lora.empty()) make_lora(m);
+  if (full && m.opts.reference) {
+    for (auto& kv : m.weights) m.ref_weights[kv.first] = kv.second.detach().clone();
+    m.ref_view = make_view(m, m.ref_weights, false);
+  }
+  m.view = make_view(m, m.weights, true);
+  m.finalized = true;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> trainable(Model& m) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (m.opts.lora_rank <= 0) {
+    for (const auto& n : m.names) out.push_back({n, m.weights.at(n)});
+    return out;
+  }
+  for (auto& kv : m.lora) {
+    out.push_back({"base_model.model." + kv.first + ".lora_A.weight", kv.second.a});
+    out.push_back({"base_model.model." + kv.first + ".lora_B.weight", kv.second.b});
+  }
+  return out;
+}
+
+// rms_norm follows transformers' LlamaRMSNorm: normalise in fp32 (fp64 stays
+// fp64), cast back, then scale.
+static at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const auto in = x.scalar_type();
+  auto xf = in == at::kDouble ? x : x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, true);
+  xf = xf * at::rsqrt(var + eps);
+  return w * xf.to(in);
+}
+
+static at::Tensor inv_freq(const Model& m) {
+  const auto& a = m.arch;
+  const auto acc = acc_dtype(m);
+  auto idx = at::arange(0, a.head_dim, 2, at::TensorOptions().dtype(at::kLong)).to(acc) / a.head_dim;
+  auto inv = 1.0 / at::pow(a.rope_theta, idx);
+  if (a.rope_scaling == 1) inv = inv / a.rope_factor;
+  if (a.rope_scaling == 2) {  // transformers' _compute_llama3_parameters
+    const double old_len = a.rope_original_max_pos;
+    const double low_wl = old_len / a.rope_low_freq_factor, high_wl = old_len / a.rope_high_freq_factor;
+    auto wavelen = 2 * M_PI / inv;
+    auto llama = at::where(wavelen > low_wl, inv / a.rope_factor, inv);
+    auto smooth = (old_len / wavelen - a.rope_low_freq_factor) / (a.rope_high_freq_factor - a.rope_low_freq_factor);
+    auto smoothed = (1 - smooth) * llama / a.rope_factor + smooth * llama;
+    auto medium = (wavelen >= high_wl).logical_and(wavelen <= low_wl);
+    inv = at::where(medium, smoothed, llama);
+  }
+  return inv.to(m.device);
+}
+
+static at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+static at::Tensor linear(const Model& m, const Lin& l, const at::Tensor& x, bool lora_on) {
+  auto y = at::linear(x, l.w, l.b.defined() ? c10::optional<at::Tensor>(l.b) : c10::nullopt);
+  if (lora_on && l.lora_a.defined()) {
+    auto xd = x;
+    const double p = m.opts.lora_dropout;
+    if (p > 0 && m.training) {
+      auto keep = at::empty_like(x).bernoulli_(1 - p, const_cast<Model&>(m).gen);
+      xd = x * keep / (1 - p);
+    }
+    y = y + at::linear(at::linear(xd, l.lora_a), l.lora_b) * m.lora_scale;
+  }
+  return y;
+}
+
+struct LayerCtx {
+  const Model* m;
+  const LayerW* w;
+  bool lora_on;
+  at::Tensor cos, sin, pos;  // cos/sin [B, 1, L, hd]
+  KVCache* cache;
+  int layer;
+};
+
+static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
+  const auto& a = c.m->arch;
+  const int64_t B = x.size(0), L = x.size(1), hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
+  auto q = linear(*c.m, c.w->q, x, c.lora_on).view({B, L, nh, hd});
+  auto k = linear(*c.m, c.w->k, x, c.lora_on).view({B, L, nkv, hd});
+  auto v = linear(*c.m, c.w->v, x, c.lora_on).view({B, L, nkv, hd}).transpose(1, 2);
+  if (a.qk_norm) {
+    q = rms_norm(q, c.w->q_norm, a.rms_eps);
+    k = rms_norm(k, c.w->k_norm, a.rms_eps);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  q = q * c.cos + rotate_half(q) * c.sin;
+  k = k * c.cos + rotate_half(k) * c.sin;
+  at::Tensor key_pos;  // [B, Lk] position of each key
+  if (c.cache != nullptr) {
+    auto& ck = c.cache->k[c.layer];
+    auto& cv = c.cache->v[c.layer];
+    auto idx = c.pos.view({B, 1, L, 1}).expand({B, nkv, L, hd});
+    ck.scatter_(2, idx, k);
+    cv.scatter_(2, idx, v);
+    k = ck;
+    v = cv;
+    key_pos = at::arange(k.size(2), c.pos.options()).view({1, -1}).expand({B, k.size(2)});
+  } else {
+    key_pos = c.pos;
+  }
+  const int64_t Lk = k.size(2), g = nh / nkv;
+  // Causal by position; right padding means real tokens never see padding.
+  auto allowed = key_pos.view({B, 1, 1, 1, Lk}).le(c.pos.view({B, 1, 1, L, 1}));
+  auto q5 = q.reshape({B, nkv, g, L, hd});
+  auto scores = at::matmul(q5, k.unsqueeze(2).transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+  const auto sdt = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  scores = scores.to(sdt).masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  auto probs = at::softmax(scores, -1).to(q.scalar_type());
+  auto out = at::matmul(probs, v.unsqueeze(2)).reshape({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
+  return linear(*c.m, c.w->o, out, c.lora_on);
+}
+
+static at::Tensor layer_forward(const LayerCtx& c, const at::Tensor& x) {
+  const double eps = c.m->arch.rms_eps;
+  auto h = x + attention(c, rms_norm(x, c.w->ln1, eps));
+  auto n = rms_norm(h, c.w->ln2, eps);
+  auto act = at::silu(linear(*c.m, c.w->gate, n, c.lora_on)) * linear(*c.m, c.w->up, n, c.lora_on);
+  return h + linear(*c.m, c.w->down, act, c.lora_on);
+}
+
+// LayerCheckpoint recomputes a block in backward instead of keeping its
+// activations (activation recomputation). The LoRA dropout generator is
+// snapshotted so the recomputation draws the same masks.
+struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                at::TensorList params, int64_t ctx_ptr) {
+    // The LayerCtx lives on forward()'s stack, so copy what backward needs;
+    // the Model and its LayerW views outlive the step.
+    auto* c = reinterpret_cast<const LayerCtx*>(ctx_ptr);
+    ctx->saved_data["m"] = reinterpret_cast<int64_t>(c->m);
+    ctx->saved_data["w"] = reinterpret_cast<int64_t>(c->w);
+    ctx->saved_data["lora"] = c->lora_on;
+    ctx->saved_data["gen"] = c->m->gen.clone();
+    ctx->save_for_backward({x, c->cos, c->sin, c->pos});
+    (void)params;
+    at::NoGradGuard ng;
+    return {layer_forward(*c, x)};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    auto& m = *reinterpret_cast<Model*>(ctx->saved_data["m"].toInt());
+    const auto* w = reinterpret_cast<const LayerW*>(ctx->saved_data["w"].toInt());
+    LayerCtx c{&m, w, ctx->saved_data["lora"].toBool(), saved[1], saved[2], saved[3], nullptr, 0};
+    auto x = saved[0].detach().set_requires_grad(true);
+    auto live_gen = m.gen;
+    m.gen = ctx->saved_data["gen"].toGenerator();
+    at::Tensor y;
+    {
+      at::AutoGradMode g(true);
+      y = layer_forward(c, x);
+    }
+    m.gen = live_gen;
+    std::vector<at::Tensor> inputs{x};
+    const auto params = layer_params(*w);
+    for (const auto& p : params) {
+      if (p.requires_grad()) inputs.push_back(p);
+    }
+    auto grads = torch::autograd::grad({y}, inputs, grad_out, false, false, true);
+    torch::autograd::variable_list out{grads[0]};
+    size_t gi = 1;
+    for (const auto& p : params) out.push_back(p.requires_grad() ? grads[gi++] : at::Tensor());
+    out.push_back(at::Tensor());  // ctx_ptr
+    return out;
+  }
+  static std::vector<at::Tensor> layer_params(const LayerW& w) {
+    std::vector<at::Tensor> p;
+    for (const auto& t : {w.ln1, w.ln2, w.q_norm, w.k_norm}) {
+      if (t.defined()) p.push_back(t);
+    }
+    for (const Lin* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+      for (const auto& t : {l->w, l->b, l->lora_a, l->lora_b}) {
+        if (t.defined()) p.push_back(t);
+      }
+    }
+    return p;
+  }
+};
+
+at::Tensor lm_head(const Weights& w) { return w.lm_head; }
+
+at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
+                   KVCache* cache, const volatile int32_t* cancel) {
+  auto x = at::embedding(w.embed, ids);
+  auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * inv_freq(m).view({1, 1, -1});  // [B, L, hd/2]
+  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                // [B, 1, L, hd]
+  LayerCtx c{&m, nullptr, lora_on, emb.cos().to(m.dtype), emb.sin().to(m.dtype), pos, cache, 0};
+  const bool ckpt = m.opts.grad_checkpointing && cache == nullptr && at::GradMode::is_enabled();
+  for (size_t i = 0; i < w.layers.size(); i++) {
+    check_cancel(cancel);
+    c.w = &w.layers[i];
+    c.layer = static_cast<int>(i);
+    if (ckpt) {
+      auto params = LayerCheckpoint::layer_params(*c.w);
+      x = LayerCheckpoint::apply(x, at::TensorList(params), reinterpret_cast<int64_t>(&c))[0];
+    } else {
+      x = layer_forward(c, x);
+    }
+  }
+  return rms_norm(x, w.norm, m.arch.rms_eps);
+}
+
+}  // namespace ort

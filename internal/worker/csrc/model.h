@@ -1,0 +1,109 @@
+// model.h: the worker's C++ internals (never seen by Go). Shapes: B rows,
+// L sequence length, H hidden, V vocab, nh/nkv heads, hd head dim.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker_abi.h"
+
+// compat: libtorch 1.13 (Debian) and 2.x (pip) differ in a few APIs.
+#define ORT_TORCH_AT_LEAST(maj, min) \
+  (TORCH_VERSION_MAJOR > (maj) || (TORCH_VERSION_MAJOR == (maj) && TORCH_VERSION_MINOR >= (min)))
+
+namespace ort {
+
+// Lin is one projection; lora_a/lora_b are undefined without an adapter.
+struct Lin {
+  at::Tensor w, b, lora_a, lora_b;
+};
+
+struct LayerW {
+  at::Tensor ln1, ln2, q_norm, k_norm;
+  Lin q, k, v, o, gate, up, down;
+};
+
+// Weights is a view over a name->tensor map, resolved once.
+struct Weights {
+  at::Tensor embed, norm, lm_head;
+  std::vector<LayerW> layers;
+};
+
+struct LoraPair {
+  at::Tensor a, b;  // a [r, in], b [out, r]
+};
+
+// KVCache holds keys/values per layer, [B, nkv, Lmax, hd].
+struct KVCache {
+  std::vector<at::Tensor> k, v;
+};
+
+struct Model {
+  ort_arch arch{};
+  ort_model_options opts{};
+  std::string device_str, lora_targets;
+  at::Device device{at::kCPU};
+  at::ScalarType dtype{at::kFloat};
+  std::vector<std::string> names;  // expected HF weight names, in save order
+  std::map<std::string, at::Tensor> weights;
+  std::map<std::string, at::Tensor> ref_weights;  // frozen copy (full fine-tuning + reference)
+  std::map<std::string, LoraPair> lora;           // keyed by module path
+  double lora_scale = 0;
+  Weights view, ref_view;
+  bool finalized = false;
+  // AdamW state (PyTorch AdamW semantics), keyed by trainable tensor name.
+  std::map<std::string, at::Tensor> exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  at::Generator gen;  // LoRA init and dropout
+  bool training = false;  // LoRA dropout on (set during forward_backward)
+};
+
+// model.cpp
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const ort_arch& a);
+Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora);
+void finalize(Model& m);
+// trainable returns (name, tensor) for every tensor the optimizer updates.
+std::vector<std::pair<std::string, at::Tensor>> trainable(Model& m);
+// forward runs the decoder over ids [B, L] at positions [B, L]; with a cache
+// it writes keys/values at those positions and attends over the cache.
+// Returns the final-normed hidden states [B, L, H].
+at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
+                   KVCache* cache, const volatile int32_t* cancel);
+at::Tensor lm_head(const Weights& w);
+at::ScalarType acc_dtype(const Model& m);  // fp64 for fp64 models, else fp32
+void check_cancel(const volatile int32_t* cancel);
+
+// loss.cpp: token log-probs and entropies of targets given hidden rows,
+// chunked over rows so [N, V] logits never exist at once.
+std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
+                                         double temperature);
+
+// Batch is a decoded ort_batch on the model's device.
+struct Batch {
+  int64_t B = 0, L = 0, T = 0;
+  at::Tensor ids, pos;        // [B, L] long, right-padded
+  at::Tensor gather_idx;      // [N] flat index into B*L of the hidden predicting each completion token
+  at::Tensor targets;         // [N] completion token ids
+  at::Tensor row_idx, col_idx;  // [N] position of each completion token in [B, T]
+  std::vector<int64_t> comp_len;
+};
+Batch decode_batch(const Model& m, const ort_batch* b);
+// token_logprobs returns {logp [N], entropy [N]} for the batch's completion tokens.
+std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double temperature, bool reference,
+                                       const volatile int32_t* cancel);
+void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bool backward, ort_loss_stats* st,
+                      const volatile int32_t* cancel);
+
+// train.cpp
+double optimizer_step(Model& m, double lr);
+void zero_grad(Model& m);
+
+// sample.cpp
+void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,
+            const volatile int32_t* cancel);
+
+}  // namespace ort

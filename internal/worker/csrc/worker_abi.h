@@ -1,0 +1,155 @@
+/* worker_abi.h: the C ABI of ortrain's libtorch worker.
+ *
+ * Rules: opaque handle, plain structs, no C++ types. Every function that can
+ * fail returns 0 on success and nonzero on failure, writing a NUL-terminated
+ * message into the caller's err buffer; no C++ exception or TORCH_CHECK ever
+ * crosses this boundary. Bump ORT_ABI_VERSION on any change to this file; the
+ * Go loader refuses a library whose ort_abi_version() differs.
+ */
+#ifndef ORTRAIN_WORKER_ABI_H
+#define ORTRAIN_WORKER_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ORT_ABI_VERSION 1
+
+/* Element types; values cross the ABI. */
+enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
+
+/* Tensor families addressed by name. */
+enum {
+  ORT_KIND_WEIGHT = 0, /* HF names; get returns LoRA-merged weights */
+  ORT_KIND_LORA = 1,   /* PEFT names (base_model.model.<module>.lora_A.weight) */
+  ORT_KIND_OPTIM = 2,  /* "exp_avg.<name>", "exp_avg_sq.<name>", "step" */
+  ORT_KIND_GRAD = 3    /* gradient of a trainable tensor, by its weight/LoRA name (get only) */
+};
+
+typedef struct ort_model ort_model;
+
+/* Architecture, parsed from config.json by the Go side. */
+typedef struct {
+  int32_t vocab_size, hidden_size, intermediate_size, num_layers;
+  int32_t num_heads, num_kv_heads, head_dim;
+  double rms_eps, rope_theta;
+  int32_t rope_scaling; /* 0 none, 1 linear, 2 llama3 */
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int32_t rope_original_max_pos;
+  int32_t tie_embeddings, attention_bias, qk_norm; /* attention_bias: q/k/v biases */
+  int32_t o_bias;                                 /* o_proj bias (Llama attention_bias) */
+} ort_arch;
+
+typedef struct {
+  const char *device; /* "cpu", "cuda", "cuda:N" */
+  int32_t dtype;      /* ORT_F32, ORT_BF16, ORT_F16, ORT_F64 */
+  int32_t threads;    /* intra-op threads; <= 0 keeps libtorch's choice */
+  int64_t seed;
+  int32_t lora_rank; /* 0 = full fine-tuning */
+  double lora_alpha, lora_dropout;
+  const char *lora_targets; /* comma-separated module names, e.g. "q_proj,v_proj" */
+  int32_t reference;        /* keep a reference policy for KL */
+  int32_t grad_checkpointing;
+  double beta1, beta2, adam_eps, weight_decay, max_grad_norm;
+} ort_model_options;
+
+/* A micro-batch. Row i has tokens[token_off[i] .. token_off[i+1]) and
+ * T_i = its length - prompt_len[i] completion positions stored at
+ * comp[comp_off[i] .. comp_off[i+1]) in every completion-aligned array.
+ * Optional arrays may be NULL; has_* flags (NULL = none) say per row whether
+ * that row carries the array. */
+typedef struct {
+  int32_t n_rows;
+  const int32_t *tokens;
+  const int64_t *token_off;
+  const int32_t *prompt_len;
+  const int64_t *comp_off;
+  const uint8_t *loss_mask;
+  const float *sampler_logps;
+  const uint8_t *has_sampler;
+  const float *old_logps;
+  const uint8_t *has_old;
+  const float *ref_logps;
+  const uint8_t *has_ref;
+  const float *advantages;
+  double round_tokens;
+  int32_t grad_accum;
+} ort_batch;
+
+/* Mirrors grpo.LossConfig; enums use grpo's numeric values. */
+typedef struct {
+  int32_t loss_type, is_level, is_correction;
+  double epsilon, epsilon_high, delta, beta, temperature;
+  int32_t max_completion_length;
+  double sapo_temp_pos, sapo_temp_neg;
+  double vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg;
+  double is_clip_min, is_clip_max, entropy_coef;
+} ort_loss_config;
+
+/* Sums and counts, so micro-batches reduce exactly. */
+typedef struct {
+  double loss;          /* the micro-batch loss that was back-propagated */
+  double active_tokens; /* sum of the loss mask */
+  double rows;
+  double clip_low, clip_high, clip_region, clip_denom; /* counts; denom = tokens or rows */
+  double clip_low_min, clip_high_max;                  /* per-row fraction extremes */
+  double cispo_clip;
+  double kl_sum, entropy_sum;
+  double vespo_phi_sum;
+} ort_loss_stats;
+
+typedef struct {
+  const int32_t *prompt;
+  int32_t prompt_len, max_new_tokens;
+  double temperature, top_p;
+  int32_t top_k;
+  double min_p;
+  const int32_t *stop_ids;
+  int32_t n_stop;
+  int64_t seed;
+} ort_sample_request;
+
+/* The caller allocates ids and logps with room for max_new_tokens. */
+typedef struct {
+  int32_t *ids;
+  float *logps;
+  int32_t n;
+  int32_t stop_reason; /* 1 stop token, 2 length, 3 cancelled */
+} ort_sample_result;
+
+int ort_abi_version(void);
+/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1} */
+int ort_info(char *json, size_t json_len, char *err, size_t err_len);
+
+int ort_model_new(const ort_arch *arch, const ort_model_options *opts, ort_model **out, char *err, size_t err_len);
+void ort_model_free(ort_model *m);
+int ort_model_set_tensor(ort_model *m, int32_t kind, const char *name, int32_t dtype, const int64_t *shape,
+                         int32_t ndim, const void *data, char *err, size_t err_len);
+/* Checks every weight was set, then builds LoRA adapters and the reference. */
+int ort_model_finalize(ort_model *m, char *err, size_t err_len);
+int ort_model_tensor_count(ort_model *m, int32_t kind, int32_t *count, char *err, size_t err_len);
+/* shape has room for 8 dims. */
+int ort_model_tensor_info(ort_model *m, int32_t kind, int32_t index, char *name, size_t name_len, int32_t *dtype,
+                          int64_t *shape, int32_t *ndim, char *err, size_t err_len);
+int ort_model_get_tensor(ort_model *m, int32_t kind, const char *name, void *out, size_t nbytes, char *err,
+                         size_t err_len);
+
+/* Per-token log-probs and entropies of completion tokens (completion-aligned). */
+int ort_logprobs(ort_model *m, const ort_batch *b, double temperature, int32_t reference, float *logps,
+                 float *entropies, const volatile int32_t *cancel, char *err, size_t err_len);
+/* Loss of one micro-batch; with backward != 0, accumulates gradients. */
+int ort_forward_backward(ort_model *m, const ort_batch *b, const ort_loss_config *cfg, int32_t backward,
+                         ort_loss_stats *stats, const volatile int32_t *cancel, char *err, size_t err_len);
+/* Clips by global norm, applies AdamW at lr, zeroes gradients. */
+int ort_optimizer_step(ort_model *m, double lr, double *grad_norm, char *err, size_t err_len);
+int ort_zero_grad(ort_model *m, char *err, size_t err_len);
+int ort_sample(ort_model *m, const ort_sample_request *reqs, int32_t n, ort_sample_result *out,
+               const volatile int32_t *cancel, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,78 @@
+/* dlapi.h: the worker library's entry points, resolved with dlsym into one
+ * struct per opened library, and trampolines (cgo cannot call C function
+ * pointers directly). Included by every cgo file of package worker. */
+#ifndef ORTRAIN_DLAPI_H
+#define ORTRAIN_DLAPI_H
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "csrc/worker_abi.h"
+
+// ort_api holds the resolved entry points of one opened library.
+typedef struct {
+  void *handle;
+  int (*abi_version)(void);
+  int (*info)(char *, size_t, char *, size_t);
+  int (*model_new)(const ort_arch *, const ort_model_options *, ort_model **, char *, size_t);
+  void (*model_free)(ort_model *);
+  int (*set_tensor)(ort_model *, int32_t, const char *, int32_t, const int64_t *, int32_t, const void *, char *, size_t);
+  int (*finalize)(ort_model *, char *, size_t);
+  int (*tensor_count)(ort_model *, int32_t, int32_t *, char *, size_t);
+  int (*tensor_info)(ort_model *, int32_t, int32_t, char *, size_t, int32_t *, int64_t *, int32_t *, char *, size_t);
+  int (*get_tensor)(ort_model *, int32_t, const char *, void *, size_t, char *, size_t);
+  int (*logprobs)(ort_model *, const ort_batch *, double, int32_t, float *, float *, const volatile int32_t *, char *, size_t);
+  int (*forward_backward)(ort_model *, const ort_batch *, const ort_loss_config *, int32_t, ort_loss_stats *, const volatile int32_t *, char *, size_t);
+  int (*optimizer_step)(ort_model *, double, double *, char *, size_t);
+  int (*zero_grad)(ort_model *, char *, size_t);
+  int (*sample)(ort_model *, const ort_sample_request *, int32_t, ort_sample_result *, const volatile int32_t *, char *, size_t);
+} ort_api;
+
+static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n) {
+  a->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!a->handle) {
+    snprintf(err, n, "%s", dlerror());
+    return 1;
+  }
+#define ORT_SYM(field, name)                                               \
+  *(void **)(&a->field) = dlsym(a->handle, name);                          \
+  if (!a->field) {                                                         \
+    snprintf(err, n, "symbol %s missing (library too old?)", name);        \
+    dlclose(a->handle);                                                    \
+    a->handle = NULL;                                                      \
+    return 1;                                                              \
+  }
+  ORT_SYM(abi_version, "ort_abi_version")
+  ORT_SYM(info, "ort_info")
+  ORT_SYM(model_new, "ort_model_new")
+  ORT_SYM(model_free, "ort_model_free")
+  ORT_SYM(set_tensor, "ort_model_set_tensor")
+  ORT_SYM(finalize, "ort_model_finalize")
+  ORT_SYM(tensor_count, "ort_model_tensor_count")
+  ORT_SYM(tensor_info, "ort_model_tensor_info")
+  ORT_SYM(get_tensor, "ort_model_get_tensor")
+  ORT_SYM(logprobs, "ort_logprobs")
+  ORT_SYM(forward_backward, "ort_forward_backward")
+  ORT_SYM(optimizer_step, "ort_optimizer_step")
+  ORT_SYM(zero_grad, "ort_zero_grad")
+  ORT_SYM(sample, "ort_sample")
+#undef ORT_SYM
+  return 0;
+}
+
+// Trampolines: cgo cannot call C function pointers directly.
+static inline int ort_call_abi_version(ort_api *a) { return a->abi_version(); }
+static inline int ort_call_info(ort_api *a, char *j, size_t jn, char *e, size_t en) { return a->info(j, jn, e, en); }
+static inline int ort_call_model_new(ort_api *a, const ort_arch *ar, const ort_model_options *o, ort_model **m, char *e, size_t en) { return a->model_new(ar, o, m, e, en); }
+static inline void ort_call_model_free(ort_api *a, ort_model *m) { a->model_free(m); }
+static inline int ort_call_set_tensor(ort_api *a, ort_model *m, int32_t k, const char *nm, int32_t dt, const int64_t *sh, int32_t nd, const void *d, char *e, size_t en) { return a->set_tensor(m, k, nm, dt, sh, nd, d, e, en); }
+static inline int ort_call_finalize(ort_api *a, ort_model *m, char *e, size_t en) { return a->finalize(m, e, en); }
+static inline int ort_call_tensor_count(ort_api *a, ort_model *m, int32_t k, int32_t *c, char *e, size_t en) { return a->tensor_count(m, k, c, e, en); }
+static inline int ort_call_tensor_info(ort_api *a, ort_model *m, int32_t k, int32_t i, char *nm, size_t nn, int32_t *dt, int64_t *sh, int32_t *nd, char *e, size_t en) { return a->tensor_info(m, k, i, nm, nn, dt, sh, nd, e, en); }
+static inline int ort_call_get_tensor(ort_api *a, ort_model *m, int32_t k, const char *nm, void *o, size_t nb, char *e, size_t en) { return a->get_tensor(m, k, nm, o, nb, e, en); }
+static inline int ort_call_logprobs(ort_api *a, ort_model *m, const ort_batch *b, double t, int32_t r, float *lp, float *ent, const volatile int32_t *c, char *e, size_t en) { return a->logprobs(m, b, t, r, lp, ent, c, e, en); }
+static inline int ort_call_forward_backward(ort_api *a, ort_model *m, const ort_batch *b, const ort_loss_config *cfg, int32_t bw, ort_loss_stats *st, const volatile int32_t *c, char *e, size_t en) { return a->forward_backward(m, b, cfg, bw, st, c, e, en); }
+static inline int ort_call_optimizer_step(ort_api *a, ort_model *m, double lr, double *gn, char *e, size_t en) { return a->optimizer_step(m, lr, gn, e, en); }
+static inline int ort_call_zero_grad(ort_api *a, ort_model *m, char *e, size_t en) { return a->zero_grad(m, e, en); }
+static inline int ort_call_sample(ort_api *a, ort_model *m, const ort_sample_request *r, int32_t n, ort_sample_result *o, const volatile int32_t *c, char *e, size_t en) { return a->sample(m, r, n, o, c, e, en); }
+#endif

@@ -1,0 +1,102 @@
+// Package worker loads ortrain's libtorch worker (a C++ shared library) at
+// run time through dlopen and wraps its small C ABI (csrc/worker_abi.h) in Go
+// types. It is the only package that uses cgo; no C type leaves it. Building
+// it needs no libtorch: the library is found and opened only when a command
+// trains or samples.
+package worker
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "dlapi.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
+const ABIVersion = C.ORT_ABI_VERSION
+
+const errLen = 2048
+
+// Library is an opened worker library. It stays loaded for the life of the
+// process: unloading libtorch is not safe, so Close only forbids further use.
+type Library struct {
+	api  *C.ort_api
+	info Info
+}
+
+// Info describes an opened library.
+type Info struct {
+	Path            string `json:"path"`
+	ABIVersion      int    `json:"abi_version"`
+	LibtorchVersion string `json:"libtorch"`
+	CUDADevices     int    `json:"cuda_devices"`
+	Threads         int    `json:"threads"`
+	CXX11ABI        bool   `json:"cxx11_abi"`
+}
+
+// errBuf is a C buffer for one call's error message.
+type errBuf struct{ p *C.char }
+
+func newErrBuf() errBuf { return errBuf{(*C.char)(C.calloc(errLen, 1))} }
+func (e errBuf) free()  { C.free(unsafe.Pointer(e.p)) }
+func (e errBuf) err(rc C.int, what string) error {
+	if rc == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s", what, C.GoString(e.p))
+}
+
+// Open loads the library at path, resolves every symbol and checks the ABI
+// version. Find the path with FindLibrary.
+func Open(path string) (*Library, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	api := (*C.ort_api)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ort_api{}))))
+	eb := newErrBuf()
+	defer eb.free()
+	if rc := C.ort_api_open(cpath, api, eb.p, errLen); rc != 0 {
+		C.free(unsafe.Pointer(api))
+		return nil, fmt.Errorf("open worker library %s: %s; run scripts/build-worker.sh", path, C.GoString(eb.p))
+	}
+	if v := int(C.ort_call_abi_version(api)); v != ABIVersion {
+		return nil, fmt.Errorf("worker library %s speaks ABI %d, this binary needs %d; rebuild it with scripts/build-worker.sh", path, v, ABIVersion)
+	}
+	buf := (*C.char)(C.calloc(4096, 1))
+	defer C.free(unsafe.Pointer(buf))
+	if err := eb.err(C.ort_call_info(api, buf, 4096, eb.p, errLen), "worker info"); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Libtorch    string `json:"libtorch"`
+		CUDADevices int    `json:"cuda_devices"`
+		Threads     int    `json:"threads"`
+		CXX11ABI    int    `json:"cxx11_abi"`
+	}
+	if err := json.Unmarshal([]byte(C.GoString(buf)), &raw); err != nil {
+		return nil, fmt.Errorf("worker library %s: bad info JSON: %w", path, err)
+	}
+	return &Library{api: api, info: Info{
+		Path: path, ABIVersion: ABIVersion, LibtorchVersion: raw.Libtorch,
+		CUDADevices: raw.CUDADevices, Threads: raw.Threads, CXX11ABI: raw.CXX11ABI != 0,
+	}}, nil
+}
+
+// Info reports the library's path, libtorch version and devices.
+func (l *Library) Info() Info { return l.info }
+
+// ErrClosed is returned by calls on a closed Library or Model.
+var ErrClosed = errors.New("worker: closed")
+
+// Close forbids further use. The shared library itself stays mapped:
+// libtorch registers global state that does not survive dlclose.
+func (l *Library) Close() error {
+	l.api = nil
+	return nil
+}

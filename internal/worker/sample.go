@@ -1,0 +1,108 @@
+package worker
+
+/*
+#include "dlapi.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+// SampleRequest is one completion to generate.
+type SampleRequest struct {
+	PromptIDs    []int32
+	MaxNewTokens int
+	// Temperature 0 is greedy.
+	Temperature float64
+	TopP        float64 // 0 or 1 = off
+	TopK        int     // 0 = off
+	MinP        float64 // 0 = off
+	StopIDs     []int32
+	Seed        int64
+}
+
+// StopReason says why generation ended.
+type StopReason int
+
+const (
+	StopToken  StopReason = 1 // a stop id was sampled (and is included)
+	StopLength StopReason = 2 // MaxNewTokens reached
+)
+
+func (s StopReason) String() string {
+	switch s {
+	case StopToken:
+		return "stop"
+	case StopLength:
+		return "length"
+	}
+	return fmt.Sprintf("StopReason(%d)", int(s))
+}
+
+// SampleResult is one generated completion: the sampled ids and the
+// sampler's log-prob of each (after temperature/top-k/top-p/min-p, as
+// vLLM's processed_logprobs).
+type SampleResult struct {
+	IDs        []int32
+	Logprobs   []float32
+	StopReason StopReason
+}
+
+// Sample generates completions for a batch of requests with a KV cache.
+// Each request has its own seed, so a request's sample does not depend on
+// the rest of the batch beyond floating-point batching effects.
+func (m *Model) Sample(ctx context.Context, reqs []SampleRequest) ([]SampleResult, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("sample: %w", ErrEmptyBatch)
+	}
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var ar arena
+	defer ar.free()
+	rp, creqs := carray[C.ort_sample_request](&ar, len(reqs))
+	op, couts := carray[C.ort_sample_result](&ar, len(reqs))
+	ids := make([][]int32, len(reqs))
+	lps := make([][]float32, len(reqs))
+	for i, r := range reqs {
+		if r.MaxNewTokens < 1 {
+			return nil, fmt.Errorf("sample request %d: MaxNewTokens %d must be >= 1", i, r.MaxNewTokens)
+		}
+		topP := r.TopP
+		if topP == 0 {
+			topP = 1
+		}
+		creqs[i] = C.ort_sample_request{
+			prompt: (*C.int32_t)(ccopy(&ar, r.PromptIDs)), prompt_len: C.int32_t(len(r.PromptIDs)),
+			max_new_tokens: C.int32_t(r.MaxNewTokens), temperature: C.double(r.Temperature), top_p: C.double(topP),
+			top_k: C.int32_t(r.TopK), min_p: C.double(r.MinP), stop_ids: (*C.int32_t)(ccopy(&ar, r.StopIDs)),
+			n_stop: C.int32_t(len(r.StopIDs)), seed: C.int64_t(r.Seed),
+		}
+		var idp, lpp unsafe.Pointer
+		idp, ids[i] = carray[int32](&ar, r.MaxNewTokens)
+		lpp, lps[i] = carray[float32](&ar, r.MaxNewTokens)
+		couts[i].ids, couts[i].logps = (*C.int32_t)(idp), (*C.float)(lpp)
+	}
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	rc := C.ort_call_sample(m.api, m.h, (*C.ort_sample_request)(rp), C.int32_t(len(reqs)), (*C.ort_sample_result)(op), cf.p, eb.p, errLen)
+	if err := callErr(ctx, eb.err(rc, "sample")); err != nil {
+		return nil, err
+	}
+	out := make([]SampleResult, len(reqs))
+	for i := range reqs {
+		n := int(couts[i].n)
+		out[i] = SampleResult{
+			IDs: append([]int32(nil), ids[i][:n]...), Logprobs: append([]float32(nil), lps[i][:n]...),
+			StopReason: StopReason(couts[i].stop_reason),
+		}
+	}
+	return out, nil
+}
