@@ -16,7 +16,10 @@ type Message struct {
 	Content string
 	// NullContent renders content as None (an assistant turn that only
 	// calls tools, in templates that test `content is none`).
-	NullContent      bool
+	NullContent bool
+	// ContentJSON, when set, is rendered instead of Content: a structured
+	// tool result or a list of content blocks.
+	ContentJSON      json.RawMessage
 	ReasoningContent string // assistant's thinking; "" leaves the key out
 	ToolCalls        []ToolCall
 	Name             string // tool messages: the tool's name
@@ -132,9 +135,16 @@ func (t *Template) Render(messages []Message, tools []Tool, addGenerationPrompt 
 func messageValue(m Message) (*jinja.Dict, error) {
 	d := jinja.NewDict()
 	d.Set("role", m.Role)
-	if m.NullContent {
+	switch {
+	case len(m.ContentJSON) > 0:
+		v, err := jinja.FromJSON(m.ContentJSON)
+		if err != nil {
+			return nil, fmt.Errorf("content JSON: %w", err)
+		}
+		d.Set("content", v)
+	case m.NullContent:
 		d.Set("content", nil)
-	} else {
+	default:
 		d.Set("content", m.Content)
 	}
 	if m.ReasoningContent != "" {

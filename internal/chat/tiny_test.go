@@ -1,0 +1,122 @@
+package chat
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var tinySpecialTokens = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+	"<tool_response>", "</tool_response>", "<think>", "</think>"}
+
+// writeTinyModel writes the kind of byte-level tokenizer `ortrain
+// init-model` ships: 256 byte tokens in GPT-2 byte-to-unicode form, no
+// merges, added special tokens, and a ChatML tool template.
+func writeTinyModel(t *testing.T, preTokenizer string) string {
+	t.Helper()
+	dir := t.TempDir()
+	vocab := map[string]int{}
+	table := byteToRune()
+	for b := 0; b < 256; b++ {
+		vocab[string(table[b])] = b
+	}
+	var added []map[string]any
+	decoderCfg := map[string]any{}
+	for i, s := range tinySpecialTokens {
+		added = append(added, map[string]any{"id": 256 + i, "content": s, "single_word": false,
+			"lstrip": false, "rstrip": false, "normalized": false, "special": true})
+		decoderCfg[strconv.Itoa(256+i)] = map[string]any{"content": s, "special": true}
+	}
+	var pre any
+	switch preTokenizer {
+	case "bytelevel":
+		pre = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+	case "split":
+		pre = map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": PatternQwen2}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+		}}
+	}
+	tj := map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added,
+		"normalizer": nil, "pre_tokenizer": pre, "post_processor": nil,
+		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []any{}},
+	}
+	tmplSrc, err := os.ReadFile("../../testdata/chat-templates/qwen2.5/chat_template.jinja")
+	require.NoError(t, err)
+	cfg := map[string]any{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": nil,
+		"added_tokens_decoder": decoderCfg, "chat_template": string(tmplSrc), "tokenizer_class": "PreTrainedTokenizerFast"}
+	for name, v := range map[string]any{"tokenizer.json": tj, "tokenizer_config.json": cfg} {
+		data, err := json.Marshal(v)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+	}
+	return dir
+}
+
+func TestTinyByteLevelTokenizer(t *testing.T) {
+	for _, pre := range []string{"bytelevel", "split"} {
+		t.Run(pre, func(t *testing.T) {
+			tok, err := LoadTokenizer(writeTinyModel(t, pre))
+			require.NoError(t, err)
+			assert.Equal(t, 256+len(tinySpecialTokens), tok.VocabSize())
+			text := "<|im_start|>user\nhé 世<|im_end|>"
+			ids := tok.Encode(text)
+			want := []int32{257}
+			for _, b := range []byte("user\nhé 世") {
+				want = append(want, int32(b))
+			}
+			assert.Equal(t, append(want, 258), ids)
+			assert.Equal(t, text, tok.Decode(ids, false))
+			assert.Equal(t, "user\nhé 世", tok.Decode(ids, true))
+			sp := tok.Special()
+			assert.Equal(t, int32(258), sp.EOS)
+			assert.Equal(t, int32(256), sp.PAD)
+			assert.Equal(t, []int32{258, 256}, sp.EndOfTurn)
+
+			// The shipped template drives a token-exact tool conversation.
+			tmpl, err := tok.Template("")
+			require.NoError(t, err)
+			c, err := NewConversation(tok, tmpl, "weather?", ConversationOptions{Tools: weatherTools, Policy: RequireExact})
+			require.NoError(t, err)
+			msg, err := c.AppendSampled(tok.Encode("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|im_end|>"))
+			require.NoError(t, err)
+			require.Len(t, msg.ToolCalls, 1)
+			_, err = c.AppendToolResults([]ToolResult{{Name: "get_weather", Content: "cold"}})
+			require.NoError(t, err)
+			assert.Equal(t, "\n<|im_start|>user\n<tool_response>\ncold\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+				tok.Decode(c.CompletionIDs()[len(c.CompletionIDs())-countZerosAtEnd(c.LossMask()):], false))
+		})
+	}
+}
+
+func countZerosAtEnd(mask []int8) int {
+	n := 0
+	for i := len(mask) - 1; i >= 0 && mask[i] == 0; i-- {
+		n++
+	}
+	return n
+}
+
+func TestLoadErrorsNameTheProblem(t *testing.T) {
+	_, err := LoadTokenizer(t.TempDir())
+	assert.ErrorContains(t, err, "neither tokenizer.json nor vocab.json")
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"),
+		[]byte(`{"model": {"type": "WordPiece", "vocab": {}}}`), 0o644))
+	_, err = LoadTokenizer(dir)
+	assert.ErrorContains(t, err, `model.type "WordPiece" is not supported`)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"),
+		[]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}`), 0o644))
+	_, err = LoadTokenizer(dir)
+	assert.ErrorContains(t, err, `merge 0 ("a" "b"): token not in vocabulary`)
+}
