@@ -207,8 +207,8 @@ func TestG8CreateSessionAsJSON(t *testing.T) {
 // https://api.<host>: it records each request and sends it to the kit (or
 // answers the API itself).
 type hostedTransport struct {
-	kit *url.URL
-	mu  sync.Mutex
+	kit  *url.URL
+	mu   sync.Mutex
 	reqs []*http.Request
 }
 
