@@ -326,3 +326,25 @@ func TestVESPOGradientIsWeightedPolicyGradient(t *testing.T) {
 	}
 	t.Logf("max |vespo grad - weighted cispo grad| = %.3g", maxErr)
 }
+
+// TestLoRAGradientFiniteDifference checks adapter gradients (A and B, with
+// B made nonzero) in float64.
+func TestLoRAGradientFiniteDifference(t *testing.T) {
+	m := loadTiny(t, ModelOptions{DType: "float64", LoRA: &LoRAOptions{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}})
+	infos, err := m.Tensors(KindLoRA)
+	require.NoError(t, err)
+	require.Len(t, infos, 2*3*2)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, info := range infos {
+		b, err := m.ReadTensor(KindLoRA, info)
+		require.NoError(t, err)
+		v := f64s(b)
+		for k := range v {
+			v[k] += 0.3 * rng.NormFloat64()
+		}
+		require.NoError(t, m.WriteTensor(KindLoRA, model.Tensor{Name: info.Name, DType: info.DType, Shape: info.Shape, Data: f64bytes(v)}))
+	}
+	lc := lossCases()[0]
+	mb, _ := lossBatch(t, m, lc, 5)
+	gradCheck(t, m, KindLoRA, mb, lc.cfg, func(TensorInfo) bool { return true })
+}

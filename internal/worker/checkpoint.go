@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/ortrain/ortrain/internal/model"
+)
+
+// filesCopiedToCheckpoints are the non-weight files of a HF directory that a
+// saved model keeps, so transformers and vLLM load it unchanged.
+var filesCopiedToCheckpoints = []string{
+	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+	"chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+}
+
+// SaveHF writes the full weights (LoRA merged in) as a Hugging Face
+// directory: config.json (torch_dtype set to the saved dtype),
+// model.safetensors and the source's tokenizer files. The directory appears
+// atomically: it is written under a temporary name and renamed.
+func (m *Model) SaveHF(ctx context.Context, dir string) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return writeDirAtomic(dir, func(tmp string) error {
+		cfg := *m.cfg
+		cfg.TorchDType = torchDTypeNames[m.dtype]
+		b, err := cfg.Encode()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tmp, model.ConfigFile), b, 0o644); err != nil {
+			return err
+		}
+		for _, name := range filesCopiedToCheckpoints {
+			if err := copyFile(filepath.Join(m.opts.Dir, name), filepath.Join(tmp, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return m.writeSafetensors(ctx, filepath.Join(tmp, model.SingleWeightsFile), KindWeight, nil)
+	})
+}
+
+// SavePEFT writes the LoRA adapter as PEFT does: adapter_config.json and
+// adapter_model.safetensors with keys
+// base_model.model.<module>.lora_{A,B}.weight.
+func (m *Model) SavePEFT(ctx context.Context, dir string) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if m.opts.LoRA == nil {
+		return fmt.Errorf("save PEFT adapter %s: the model was loaded without LoRA", dir)
+	}
+	l := m.opts.LoRA
+	base, _ := filepath.Abs(m.opts.Dir)
+	cfg := map[string]any{
+		"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
+		"r": l.Rank, "lora_alpha": l.Alpha, "lora_dropout": l.Dropout, "target_modules": l.TargetModules,
+		"bias": "none", "fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true,
+		"modules_to_save": nil, "use_rslora": false, "use_dora": false,
+	}
+	return writeDirAtomic(dir, func(tmp string) error {
+		b, err := json.MarshalIndent(cfg, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "adapter_config.json"), append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		return m.writeSafetensors(ctx, filepath.Join(tmp, "adapter_model.safetensors"), KindLoRA, nil)
+	})
+}
+
+// SaveOptimizer writes the AdamW state (moments and step) to path as
+// safetensors, atomically, for exact resume.
+func (m *Model) SaveOptimizer(ctx context.Context, path string) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.writeSafetensors(ctx, path, KindOptim, map[string]string{"format": "ortrain-adamw"})
+}
+
+// LoadOptimizer restores state written by SaveOptimizer; tensors must match
+// the model's trainable tensors by name and shape.
+func (m *Model) LoadOptimizer(ctx context.Context, path string) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, tensors, err := model.ReadSafetensors(path)
+	if err != nil {
+		return fmt.Errorf("load optimizer state: %w", err)
+	}
+	for _, t := range tensors {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := m.writeTensor(KindOptim, t); err != nil {
+			return fmt.Errorf("load optimizer state %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func (m *Model) writeSafetensors(ctx context.Context, path string, kind TensorKind, meta map[string]string) error {
+	infos, err := m.tensors(kind)
+	if err != nil {
+		return err
+	}
+	specs := make([]model.TensorSpec, len(infos))
+	byName := map[string]TensorInfo{}
+	for i, t := range infos {
+		specs[i] = model.TensorSpec{Name: t.Name, DType: t.DType, Shape: t.Shape}
+		byName[t.Name] = t
+	}
+	if meta == nil {
+		meta = model.DefaultSafetensorsMetadata()
+	}
+	return model.WriteSafetensorsStream(path, specs, meta, func(s model.TensorSpec, w io.Writer) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := m.readTensor(kind, byName[s.Name])
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	})
+}
+
+// writeDirAtomic fills a temporary sibling of dir, then swaps it into place,
+// so dir is always either the old complete directory or the new one.
+func writeDirAtomic(dir string, fill func(tmp string) error) error {
+	dir = filepath.Clean(dir)
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := fill(tmp); err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	var old string
+	if _, err := os.Stat(dir); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("save %s: move the previous version aside: %w", dir, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if old != "" {
+			_ = os.Rename(old, dir)
+		}
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	if old != "" {
+		_ = os.RemoveAll(old)
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
