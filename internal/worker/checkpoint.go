@@ -196,4 +196,3 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
-
