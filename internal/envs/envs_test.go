@@ -1,0 +1,152 @@
+package envs_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/ors/orsserver"
+)
+
+func TestRegistry(t *testing.T) {
+	assert.Equal(t, []string{"echo", "letters"}, envs.Names())
+	list := envs.List()
+	require.Len(t, list, 2)
+	assert.Equal(t, envs.Info{Key: "echo", EnvName: "echoenvironment", Description: list[0].Description}, list[0])
+	assert.Equal(t, "letters", list[1].EnvName)
+	for _, info := range list {
+		assert.NotEmpty(t, info.Description)
+	}
+	e, err := envs.New("ECHO")
+	require.NoError(t, err)
+	assert.Equal(t, "echoenvironment", e.Name)
+	_, err = envs.New("nope")
+	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, letters)`)
+}
+
+func TestLettersScore(t *testing.T) {
+	tests := []struct {
+		answer, target string
+		want           float64
+	}{
+		{"", "a", 0},
+		{"a", "a", 1},
+		{"aaaa", "a", 1},
+		{"aab", "a", 2.0 / 3},
+		{"bbb", "a", 0},
+		{"AaA", "a", 1.0 / 3},
+		{"ééa", "é", 2.0 / 3},
+		{"zz", "z", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.answer+"/"+tt.target, func(t *testing.T) {
+			assert.InDelta(t, tt.want, envs.LettersScore(tt.answer, tt.target), 1e-12)
+		})
+	}
+}
+
+func serve(t *testing.T, key string) (*ors.Client, *orsserver.Server) {
+	t.Helper()
+	url, srv, stop, err := envs.ServeLocal(context.Background(), key, orsserver.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, stop(ctx))
+	})
+	c, err := ors.NewClient(url, ors.Options{})
+	require.NoError(t, err)
+	t.Cleanup(c.CloseIdleConnections)
+	return c, srv
+}
+
+func TestLettersOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	c, srv := serve(t, "letters")
+	splits, err := c.Splits(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []ors.Split{{Name: "train", Type: "train"}, {Name: "validation", Type: "validation"}, {Name: "mixed", Type: "validation"}}, splits)
+
+	for split, want := range map[string]struct {
+		n       int
+		targets string
+	}{"train": {64, "a"}, "validation": {16, "a"}, "mixed": {26, "abcdefghijklmnopqrstuvwxyz"}} {
+		tasks, err := c.Tasks(ctx, split)
+		require.NoError(t, err)
+		require.Len(t, tasks, want.n, split)
+		seen := ""
+		for _, task := range tasks {
+			var spec struct{ ID, Target string }
+			require.NoError(t, json.Unmarshal(task.Spec, &spec))
+			if len(seen) == 0 || seen[len(seen)-1:] != spec.Target {
+				seen += spec.Target
+			}
+		}
+		assert.Equal(t, want.targets, seen, split)
+	}
+	task, err := c.Task(ctx, "train", 5)
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"letters-5","target":"a"}`, string(task.Spec))
+
+	s, err := c.OpenSession(ctx, ors.SessionSpec{Split: "train", Index: 0})
+	require.NoError(t, err)
+	prompt, err := s.Prompt(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "Call the `submit` tool with an answer made only of the letter 'a'.", prompt[0].Text)
+	tools, err := s.Tools(ctx)
+	require.NoError(t, err)
+	require.Len(t, tools, 1)
+	assert.JSONEq(t, `{"properties":{"answer":{"description":"the answer: a string of characters","title":"Answer","type":"string"}},"required":["answer"],"title":"SubmitParams","type":"object"}`, string(tools[0].InputSchema))
+	out, err := s.CallTool(ctx, "submit", json.RawMessage(`{"answer":"aaab"}`))
+	require.NoError(t, err)
+	assert.Equal(t, 0.75, *out.Reward)
+	assert.True(t, out.Finished)
+	out, err = s.CallTool(ctx, "submit", json.RawMessage(`{"answer":""}`))
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, *out.Reward)
+	assert.Equal(t, int64(1), srv.Stats().Live)
+	require.NoError(t, s.Close(ctx))
+	assert.Equal(t, int64(0), srv.Stats().Live)
+}
+
+func TestServeLocalStopTearsDownSessions(t *testing.T) {
+	ctx := context.Background()
+	url, srv, stop, err := envs.ServeLocal(ctx, "echo", orsserver.Options{})
+	require.NoError(t, err)
+	c, err := ors.NewClient(url, ors.Options{RequestAttempts: 1})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := c.OpenSession(ctx, ors.SessionSpec{Split: "train", Index: i})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(3), srv.Stats().Live)
+	require.NoError(t, stop(ctx))
+	require.NoError(t, stop(ctx), "idempotent")
+	assert.Equal(t, orsserver.Stats{Created: 3, Deleted: 3}, srv.Stats())
+	_, err = c.NumTasks(ctx, "train")
+	var ue *ors.UnreachableError
+	require.ErrorAs(t, err, &ue)
+}
+
+func TestServeLocalStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	url, _, stop, err := envs.ServeLocal(ctx, "letters", orsserver.Options{})
+	require.NoError(t, err)
+	cancel()
+	require.NoError(t, stop(context.Background()))
+	c, err := ors.NewClient(url, ors.Options{RequestAttempts: 1})
+	require.NoError(t, err)
+	_, err = c.Splits(context.Background())
+	require.Error(t, err)
+}
+
+func TestServeLocalUnknown(t *testing.T) {
+	_, _, _, err := envs.ServeLocal(context.Background(), "nope", orsserver.Options{})
+	require.ErrorContains(t, err, "available: echo, letters")
+}
