@@ -119,7 +119,8 @@ func TestServeLocalStopTearsDownSessions(t *testing.T) {
 	ctx := context.Background()
 	url, srv, stop, err := envs.ServeLocal(ctx, "echo", orsserver.Options{})
 	require.NoError(t, err)
-	c, err := ors.NewClient(url, ors.Options{RequestAttempts: 1})
+	// A pooled keep-alive connection dies with the server; the retry dials.
+	c, err := ors.NewClient(url, ors.Options{Sleep: func(context.Context, time.Duration) error { return nil }})
 	require.NoError(t, err)
 	for i := range 3 {
 		_, err := c.OpenSession(ctx, ors.SessionSpec{Split: "train", Index: i})
