@@ -83,6 +83,9 @@ func newBPEModel(vocab map[string]int32, merges [][2]string, byteLevel bool) (*b
 
 // tokenize appends the ids of one pre-tokenized piece to dst.
 func (m *bpeModel) tokenize(dst []int32, piece string) []int32 {
+	if len(piece) == 1 && m.byteLevel && m.byteIDs[piece[0]] >= 0 {
+		return append(dst, m.byteIDs[piece[0]])
+	}
 	if ids, ok := m.cache.get(piece); ok {
 		return append(dst, ids...)
 	}
@@ -249,11 +252,15 @@ type wordCache struct {
 }
 
 const (
-	wordCacheCapacity = 1 << 16
+	wordCacheCapacity = 1 << 17
 	wordCacheMaxPiece = 256
 )
 
-func (c *wordCache) init() { c.entries = make(map[string][]int32) }
+func (c *wordCache) init() {
+	c.mu.Lock()
+	c.entries = make(map[string][]int32)
+	c.mu.Unlock()
+}
 
 func (c *wordCache) get(piece string) ([]int32, bool) {
 	c.mu.RLock()

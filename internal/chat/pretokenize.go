@@ -42,10 +42,48 @@ func newSplitter(pattern string) (splitter, error) {
 
 // isSpace is Unicode White_Space, which is what `\s` means in Rust's regex
 // (Go's regexp `\s` is ASCII only).
-func isSpace(r rune) bool { return unicode.IsSpace(r) }
+func isSpace(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiClass[r] == classSpace
+	}
+	return unicode.IsSpace(r)
+}
 
-func isLetter(r rune) bool { return unicode.IsLetter(r) }
-func isNumber(r rune) bool { return unicode.IsNumber(r) }
+func isLetter(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiClass[r] == classLetter
+	}
+	return unicode.IsLetter(r)
+}
+
+func isNumber(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiClass[r] == classNumber
+	}
+	return unicode.IsNumber(r)
+}
+
+// ASCII fast path for the character classes (\s, \p{L}, \p{N}).
+const (
+	classOther byte = iota
+	classSpace
+	classLetter
+	classNumber
+)
+
+var asciiClass = func() (t [utf8.RuneSelf]byte) {
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		switch {
+		case unicode.IsSpace(r):
+			t[r] = classSpace
+		case unicode.IsLetter(r):
+			t[r] = classLetter
+		case unicode.IsNumber(r):
+			t[r] = classNumber
+		}
+	}
+	return t
+}()
 
 // familySplitter matches PatternGPT2 (gpt2=true) or the Qwen2/Llama 3
 // patterns, which differ only in how many digits one piece holds.

@@ -180,6 +180,9 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 		if c.UseRegex == nil || *c.UseRegex {
 			b.split = &familySplitter{gpt2: true}
 		}
+		if b.split == nil && !b.addPrefixSpace {
+			return nil, true, nil // only maps bytes, which the BPE model does
+		}
 		return b, true, nil
 	case "Split":
 		return buildSplit(c)
@@ -206,6 +209,9 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 			if p != nil {
 				seq = append(seq, p)
 			}
+		}
+		if len(seq) == 1 {
+			return seq[0], byteLevel, nil
 		}
 		return seq, byteLevel, nil
 	}
