@@ -81,6 +81,29 @@ func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 	})
 }
 
+// LoadPEFT loads adapter weights written by SavePEFT into a model loaded
+// with the same LoRA options (for resume).
+func (m *Model) LoadPEFT(ctx context.Context, dir string) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if m.opts.LoRA == nil {
+		return fmt.Errorf("load PEFT adapter %s: the model was loaded without LoRA", dir)
+	}
+	_, tensors, err := model.ReadSafetensors(filepath.Join(dir, "adapter_model.safetensors"))
+	if err != nil {
+		return fmt.Errorf("load PEFT adapter: %w", err)
+	}
+	for _, t := range tensors {
+		if err := m.writeTensor(KindLoRA, t); err != nil {
+			return fmt.Errorf("load PEFT adapter %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // SaveOptimizer writes the AdamW state (moments and step) to path as
 // safetensors, atomically, for exact resume.
 func (m *Model) SaveOptimizer(ctx context.Context, path string) error {
