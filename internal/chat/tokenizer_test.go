@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -166,4 +167,41 @@ func splitAll(s splitter, in string) []string {
 	out := []string{}
 	s.split(in, func(p string) { out = append(out, p) })
 	return out
+}
+
+// TestPreTokenizerSplitsMatchPythonRegex compares the pieces our
+// pre-tokenizers cut against splits.json, made with Python's regex module
+// (real look-ahead) for the GPT-2, Qwen2, Llama 3 and DeepSeek-V3 patterns;
+// the last is a Sequence of three Splits and runs on the generic evaluator.
+func TestPreTokenizerSplitsMatchPythonRegex(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(tokenizerTestdata, "splits", "splits.json"))
+	require.NoError(t, err)
+	var golden struct {
+		Patterns map[string][]string   `json:"patterns"`
+		Inputs   []string              `json:"inputs"`
+		Splits   map[string][][]string `json:"splits"`
+	}
+	require.NoError(t, json.Unmarshal(data, &golden))
+	require.Len(t, golden.Patterns, 4)
+	for name, patterns := range golden.Patterns {
+		t.Run(name, func(t *testing.T) {
+			var steps []any
+			for _, p := range patterns {
+				steps = append(steps, map[string]any{"type": "Split", "pattern": map[string]any{"Regex": p}, "behavior": "Isolated", "invert": false})
+			}
+			steps = append(steps, map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})
+			raw, err := json.Marshal(map[string]any{"type": "Sequence", "pretokenizers": steps})
+			require.NoError(t, err)
+			pre, byteLevel, err := buildPreTokenizer(raw)
+			require.NoError(t, err)
+			assert.True(t, byteLevel)
+			for i, in := range golden.Inputs {
+				got := []string{}
+				if in != "" {
+					pre.preTokenize(in, true, func(p string) { got = append(got, p) })
+				}
+				assert.Equal(t, golden.Splits[name][i], got, "input %d %q", i, in)
+			}
+		})
+	}
 }
