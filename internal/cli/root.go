@@ -118,6 +118,10 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	root.AddCommand(
 		newVersionCmd(deps),
 		newInitModelCmd(deps, nil),
+		newServeEngineCmd(deps, nil),
+		newServeVLLMCmd(deps, nil),
+		newEnvCmd(deps),
+		newListTasksCmd(deps, nil),
 	)
 	return root
 }

@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// ServeEngineOptions are the inputs of `ortrain serve-engine`. The flags are
+// the subset of `vllm serve` flags the supervisor passes, so the same
+// launch command works with either program.
+type ServeEngineOptions struct {
+	IO     *IOStreams
+	Logger zerolog.Logger
+	Getenv func(string) string
+
+	Model           string
+	Host            string
+	Port            int
+	ServedModelName string
+	MaxModelLen     int
+	TensorParallel  int
+	LogprobsMode    string
+	GenerationCfg   string
+	GPUMemoryUtil   float64
+	EnableLoRA      bool
+	MaxLoRARank     int
+	MaxLoRAs        int
+	DType           string
+	Seed            int64
+	NoAccessLog     bool
+
+	Device    string
+	Threads   int
+	MaxBatch  int
+	WorkerLib string
+}
+
+func newServeEngineCmd(deps *Deps, runF func(context.Context, *ServeEngineOptions) error) *cobra.Command {
+	opts := &ServeEngineOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve-engine [MODEL] [--model DIR] [--port P]",
+		Short: "Serve the builtin engine behind vLLM's HTTP API subset",
+		Long: `Serve a model with ortrain's builtin (libtorch worker) engine behind the part of
+vLLM's HTTP API that ortrain uses, with vLLM's JSON shapes:
+
+  GET  /health, /v1/models, /is_paused
+  POST /v1/completions          token-id prompts, return_token_ids, logprobs=0, n, seed, stop_token_ids
+  POST /pause, /resume          modes abort, wait, keep
+  POST /collective_rpc          method reload_weights, kwargs.weights_path (HF safetensors dir)
+  POST /reset_prefix_cache
+  POST /v1/load_lora_adapter, /v1/unload_lora_adapter   (with --enable-lora)
+
+It exists so the vLLM path (supervisor, client, weight sync) runs where vLLM is
+not installed; ` + "`ortrain serve-vllm --command`" + ` and the engine.vllm_command config
+can launch it in place of ` + "`vllm serve`" + `. It accepts the vllm serve flags the
+supervisor passes; --tensor-parallel-size and --gpu-memory-utilization are
+accepted for that reason and do not change the results (it runs on --device).
+Log-probs are always processed_logprobs (after temperature and truncation).
+Text prompts, stop strings, streaming and penalties are refused with HTTP 400.
+
+The listening URL is printed on stdout; logs go to stderr.`,
+		Example: `  ortrain init-model --preset tiny --out models/tiny
+  ortrain serve-engine --model models/tiny --port 8100
+
+  # as vLLM would be launched by the supervisor
+  ortrain serve-engine models/tiny --host 127.0.0.1 --port 8100 --enable-lora --max-lora-rank 16`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if opts.Model != "" && opts.Model != args[0] {
+					return usageErrorf("the model is given twice (%q and --model %q); give one", args[0], opts.Model)
+				}
+				opts.Model = args[0]
+			}
+			opts.IO, opts.Getenv = deps.IO, deps.Getenv
+			opts.Logger = deps.Logger.With().Str("component", "serve-engine").Logger()
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServeEngine(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "", "model directory (or the positional MODEL)")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address to bind (keep loopback: the control routes have no auth)")
+	f.IntVar(&opts.Port, "port", 8000, "port to listen on (0: a free port)")
+	f.StringVar(&opts.ServedModelName, "served-model-name", "", "name clients send as \"model\" (default: the model path)")
+	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (default: max_position_embeddings)")
+	f.IntVar(&opts.TensorParallel, "tensor-parallel-size", 1, "accepted for vllm serve compatibility")
+	f.StringVar(&opts.LogprobsMode, "logprobs-mode", "processed_logprobs", "only processed_logprobs is supported")
+	f.StringVar(&opts.GenerationCfg, "generation-config", "vllm", "only vllm (request fields or vLLM defaults, never generation_config.json)")
+	f.Float64Var(&opts.GPUMemoryUtil, "gpu-memory-utilization", 0, "accepted for vllm serve compatibility")
+	f.BoolVar(&opts.EnableLoRA, "enable-lora", false, "serve runtime-loaded LoRA adapters")
+	f.IntVar(&opts.MaxLoRARank, "max-lora-rank", 16, "largest adapter rank")
+	f.IntVar(&opts.MaxLoRAs, "max-loras", 1, "accepted for vllm serve compatibility (adapters are kept in host memory)")
+	f.StringVar(&opts.DType, "dtype", "", "compute dtype: float32, bfloat16, float16 (default: float32 on CPU)")
+	f.Int64Var(&opts.Seed, "seed", 0, "seed for requests that give none")
+	f.BoolVar(&opts.NoAccessLog, "disable-uvicorn-access-log", false, "accepted for vllm serve compatibility (there is no access log)")
+	f.StringVar(&opts.Device, "device", "cpu", "worker device: cpu, cuda, cuda:N")
+	f.IntVar(&opts.Threads, "threads", 0, "libtorch threads (0: libtorch's default)")
+	f.IntVar(&opts.MaxBatch, "max-batch", 64, "most requests merged into one sampling call")
+	f.StringVar(&opts.WorkerLib, "worker-lib", "", "worker library path (default: search $ORTRAIN_WORKER_LIB, next to the binary, build/worker)")
+	return cmd
+}
+
+func (o *ServeEngineOptions) validate() error {
+	switch {
+	case o.Model == "":
+		return usageErrorf("no model: give MODEL or --model DIR (create one with `ortrain init-model --preset tiny --out DIR`)")
+	case o.LogprobsMode != "processed_logprobs":
+		return usageErrorf("--logprobs-mode %q: serve-engine returns processed_logprobs only", o.LogprobsMode)
+	case o.GenerationCfg != "vllm":
+		return usageErrorf("--generation-config %q: serve-engine supports only vllm (send every sampling field)", o.GenerationCfg)
+	case o.Port < 0 || o.Port > 65535:
+		return usageErrorf("--port %d is not a port", o.Port)
+	case o.EnableLoRA && o.MaxLoRARank < 1:
+		return usageErrorf("--max-lora-rank %d must be at least 1", o.MaxLoRARank)
+	case o.MaxBatch < 1:
+		return usageErrorf("--max-batch %d must be at least 1", o.MaxBatch)
+	}
+	return nil
+}
+
+func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
+	backend, srvOpts, closeBackend, err := openServeBackend(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	srv := engine.NewServer(backend, srvOpts)
+	defer srv.Close()
+	l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
+	if err != nil {
+		return fmt.Errorf("listen on %s:%d (pick another --port): %w", opts.Host, opts.Port, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(l) }()
+	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
+	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", srvOpts.ModelName).Bool("lora", opts.EnableLoRA).Msg("Application startup complete.")
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		hs.Close()
+	}
+	opts.Logger.Info().Msg("stopped")
+	return nil
+}
+
+// openServeBackend loads the worker and the model directory.
+func openServeBackend(ctx context.Context, opts *ServeEngineOptions) (*workerServeBackend, engine.ServerOptions, func(), error) {
+	var none engine.ServerOptions
+	cfg, err := model.LoadConfig(opts.Model)
+	if err != nil {
+		return nil, none, nil, fmt.Errorf("--model: %w", err)
+	}
+	path, _, err := worker.FindLibrary(opts.WorkerLib, opts.Getenv)
+	if err != nil {
+		return nil, none, nil, err
+	}
+	lib, err := worker.Open(path)
+	if err != nil {
+		return nil, none, nil, err
+	}
+	mo := worker.ModelOptions{Dir: opts.Model, Device: opts.Device, DType: opts.DType, Threads: opts.Threads, Seed: opts.Seed}
+	if opts.EnableLoRA {
+		// Scale 1 (alpha = rank): each adapter's own alpha/r is folded into
+		// its B matrix when it is installed.
+		mo.LoRA = &worker.LoRAOptions{Rank: opts.MaxLoRARank, Alpha: float64(opts.MaxLoRARank)}
+	}
+	m, err := lib.LoadModel(ctx, mo)
+	if err != nil {
+		lib.Close()
+		return nil, none, nil, err
+	}
+	b := &workerServeBackend{m: m}
+	if tok, err := chat.LoadTokenizer(opts.Model); err == nil {
+		b.tok = tok
+	} else {
+		opts.Logger.Warn().Err(err).Msg("no tokenizer: completion text will be empty (token ids are unaffected)")
+	}
+	if opts.EnableLoRA {
+		if err := b.initLoRA(); err != nil {
+			m.Close()
+			lib.Close()
+			return nil, none, nil, err
+		}
+	}
+	so := engine.ServerOptions{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
+		LoRA: opts.EnableLoRA, Logger: opts.Logger,
+		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
+	if so.ModelName == "" {
+		so.ModelName = opts.Model
+	}
+	if so.MaxModelLen == 0 {
+		so.MaxModelLen = cfg.MaxPositionEmbeddings
+	}
+	for _, id := range cfg.EOSTokenID {
+		so.EOSIDs = append(so.EOSIDs, int32(id))
+	}
+	return b, so, func() { m.Close(); lib.Close() }, nil
+}

@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// workerServeBackend is serve-engine's engine.ServeBackend over the libtorch
+// worker. One mutex orders sampling, weight reloads and adapter swaps, so a
+// batch never sees half-written weights.
+type workerServeBackend struct {
+	mu  sync.Mutex
+	m   *worker.Model
+	tok *chat.Tokenizer
+
+	// LoRA: the worker holds one adapter slot of rank loraRank (scale 1);
+	// adapters live here, already padded and scaled, and are written into
+	// the slot when a batch asks for a different one.
+	loraInfo []worker.TensorInfo
+	loraRank int
+	adapters map[string][]model.Tensor
+	current  string // adapter in the slot; "" = base (B matrices zero)
+	stale    bool   // the slot must be rewritten before the next batch
+}
+
+func (b *workerServeBackend) initLoRA() error {
+	info, err := b.m.Tensors(worker.KindLoRA)
+	if err != nil {
+		return fmt.Errorf("list LoRA tensors: %w", err)
+	}
+	b.loraInfo, b.adapters, b.stale = info, map[string][]model.Tensor{}, true
+	for _, t := range info {
+		if strings.HasSuffix(t.Name, ".lora_A.weight") && len(t.Shape) == 2 {
+			b.loraRank = int(t.Shape[0])
+		}
+	}
+	return nil
+}
+
+func (b *workerServeBackend) SampleBatch(ctx context.Context, adapter string, reqs []engine.Request) ([]engine.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.loraInfo != nil && (adapter != b.current || b.stale) {
+		if err := b.install(adapter); err != nil {
+			return nil, err
+		}
+	} else if b.loraInfo == nil && adapter != "" {
+		return nil, fmt.Errorf("adapter %q requested but serve-engine runs without --enable-lora", adapter)
+	}
+	sreqs := make([]worker.SampleRequest, len(reqs))
+	for i, r := range reqs {
+		sreqs[i] = worker.SampleRequest{PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens, Temperature: r.Sampling.Temperature,
+			TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP, StopIDs: r.StopIDs, Seed: r.Seed}
+	}
+	res, err := b.m.Sample(ctx, sreqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.Result, len(res))
+	for i, r := range res {
+		stop := engine.StopLength
+		if r.StopReason == worker.StopToken {
+			stop = engine.StopToken
+		}
+		out[i] = engine.Result{IDs: r.IDs, Logprobs: r.Logprobs, StopReason: stop}
+	}
+	return out, nil
+}
+
+// install writes adapter's tensors into the worker's slot; modules the
+// adapter does not cover get a zero B, so they contribute nothing.
+func (b *workerServeBackend) install(adapter string) error {
+	have := map[string]model.Tensor{}
+	for _, t := range b.adapters[adapter] {
+		have[t.Name] = t
+	}
+	for _, info := range b.loraInfo {
+		t, ok := have[info.Name]
+		if !ok {
+			if !strings.HasSuffix(info.Name, ".lora_B.weight") {
+				continue
+			}
+			t = model.Tensor{Name: info.Name, DType: info.DType, Shape: info.Shape,
+				Data: make([]byte, (model.TensorSpec{DType: info.DType, Shape: info.Shape}).ByteLen())}
+		}
+		if err := b.m.WriteTensor(worker.KindLoRA, t); err != nil {
+			b.stale = true
+			return fmt.Errorf("install adapter %q: %w", adapter, err)
+		}
+	}
+	b.current, b.stale = adapter, false
+	return nil
+}
+
+func (b *workerServeBackend) ReloadWeights(ctx context.Context, dir string) error {
+	tensors, err := model.ReadModelTensors(dir)
+	if err != nil {
+		return fmt.Errorf("reload weights: %w", err)
+	}
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	headers := map[string]*model.SafetensorsHeader{}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := tensors[name]
+		path := filepath.Join(dir, t.File)
+		h, ok := headers[path]
+		if !ok {
+			if h, err = model.ReadSafetensorsHeader(path); err != nil {
+				return fmt.Errorf("reload weights: %w", err)
+			}
+			headers[path] = h
+		}
+		data, err := model.ReadTensorData(path, h, t.TensorInfo)
+		if err != nil {
+			return fmt.Errorf("reload weights: %w", err)
+		}
+		if err := b.m.WriteTensor(worker.KindWeight, model.Tensor{Name: name, DType: t.DType, Shape: t.Shape, Data: data}); err != nil {
+			return fmt.Errorf("reload weights from %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// peftConfig is the part of adapter_config.json that shapes the weights.
+type peftConfig struct {
+	R             int      `json:"r"`
+	LoRAAlpha     float64  `json:"lora_alpha"`
+	UseRSLoRA     bool     `json:"use_rslora"`
+	UseDoRA       bool     `json:"use_dora"`
+	Bias          string   `json:"bias"`
+	TargetModules []string `json:"target_modules"`
+}
+
+func (b *workerServeBackend) LoadAdapter(ctx context.Context, name, dir string) error {
+	if b.loraInfo == nil {
+		return fmt.Errorf("load adapter %q: serve-engine runs without --enable-lora", name)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "adapter_config.json"))
+	if err != nil {
+		return fmt.Errorf("load adapter %q: %w", name, err)
+	}
+	var pc peftConfig
+	if err := json.Unmarshal(raw, &pc); err != nil {
+		return fmt.Errorf("load adapter %q: adapter_config.json: %w", name, err)
+	}
+	switch {
+	case pc.R < 1 || pc.R > b.loraRank:
+		return fmt.Errorf("load adapter %q: rank %d must be in 1..%d (--max-lora-rank)", name, pc.R, b.loraRank)
+	case pc.UseDoRA:
+		return fmt.Errorf("load adapter %q: DoRA adapters are not supported", name)
+	case pc.Bias != "" && pc.Bias != "none":
+		return fmt.Errorf("load adapter %q: bias %q is not supported (want none)", name, pc.Bias)
+	}
+	scale := pc.LoRAAlpha / float64(pc.R)
+	if pc.UseRSLoRA {
+		scale = pc.LoRAAlpha / math.Sqrt(float64(pc.R))
+	}
+	_, tensors, err := model.ReadSafetensors(filepath.Join(dir, "adapter_model.safetensors"))
+	if err != nil {
+		return fmt.Errorf("load adapter %q: %w", name, err)
+	}
+	slots := map[string]worker.TensorInfo{}
+	for _, info := range b.loraInfo {
+		slots[info.Name] = info
+	}
+	var out []model.Tensor
+	for _, t := range tensors {
+		info, ok := slots[t.Name]
+		if !ok {
+			return fmt.Errorf("load adapter %q: tensor %s matches no LoRA module of the served model", name, t.Name)
+		}
+		pt, err := padLoRA(t, info, pc.R, b.loraRank, scale)
+		if err != nil {
+			return fmt.Errorf("load adapter %q: %w", name, err)
+		}
+		out = append(out, pt)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.adapters[name] = out
+	if b.current == name {
+		b.stale = true
+	}
+	return nil
+}
+
+// padLoRA widens a rank-r PEFT tensor to the slot's rank R with zeros (A:
+// [r,in] → [R,in]; B: [out,r] → [out,R]) and folds the adapter's scale
+// into B, so the slot's scale of 1 reproduces scale·B·A exactly.
+func padLoRA(t model.Tensor, slot worker.TensorInfo, r, R int, scale float64) (model.Tensor, error) {
+	vals, err := decodeFloats(t)
+	if err != nil {
+		return model.Tensor{}, err
+	}
+	isB := strings.HasSuffix(t.Name, ".lora_B.weight")
+	if len(t.Shape) != 2 || len(slot.Shape) != 2 {
+		return model.Tensor{}, fmt.Errorf("tensor %s has shape %v, want 2-D", t.Name, t.Shape)
+	}
+	rows, cols := int(t.Shape[0]), int(t.Shape[1])
+	want := [2]int{r, int(slot.Shape[1])}
+	if isB {
+		want = [2]int{int(slot.Shape[0]), r}
+	}
+	if rows != want[0] || cols != want[1] {
+		return model.Tensor{}, fmt.Errorf("tensor %s has shape %v, want %v for rank %d", t.Name, t.Shape, want, r)
+	}
+	out := make([]float32, slot.Shape[0]*slot.Shape[1])
+	outCols := int(slot.Shape[1])
+	for i := range rows {
+		for j := range cols {
+			v := vals[i*cols+j]
+			if isB {
+				v = float32(float64(v) * scale)
+			}
+			out[i*outCols+j] = v
+		}
+	}
+	data, err := encodeFloats(out, slot.DType)
+	return model.Tensor{Name: t.Name, DType: slot.DType, Shape: slot.Shape, Data: data}, err
+}
+
+func decodeFloats(t model.Tensor) ([]float32, error) {
+	switch t.DType {
+	case model.F32:
+		return model.DecodeF32(t.Data), nil
+	case model.BF16:
+		return model.DecodeBF16(t.Data), nil
+	case model.F16:
+		return model.DecodeF16(t.Data), nil
+	}
+	return nil, fmt.Errorf("tensor %s has dtype %s (want F32, BF16 or F16)", t.Name, t.DType)
+}
+
+func encodeFloats(v []float32, dt model.DType) ([]byte, error) {
+	switch dt {
+	case model.F32:
+		return model.EncodeF32(v), nil
+	case model.BF16:
+		return model.EncodeBF16(v), nil
+	case model.F16:
+		return model.EncodeF16(v), nil
+	}
+	return nil, fmt.Errorf("LoRA slot dtype %s is not supported", dt)
+}
+
+func (b *workerServeBackend) UnloadAdapter(ctx context.Context, name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.adapters, name)
+	if b.current == name {
+		b.stale = true
+	}
+	return nil
+}
+
+func (b *workerServeBackend) Detokenize(ids []int32) string {
+	if b.tok == nil {
+		return ""
+	}
+	return b.tok.Decode(ids, false)
+}

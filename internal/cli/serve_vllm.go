@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/vllm"
+)
+
+// ServeVLLMOptions are the inputs of `ortrain serve-vllm`.
+type ServeVLLMOptions struct {
+	IO      *IOStreams
+	Logger  zerolog.Logger
+	Getenv  func(string) string
+	Environ func() []string
+
+	Model          string
+	GPUs           string
+	TensorParallel int
+	Replicas       int
+	Port           int
+	Host           string
+	Command        string
+	GPUMemoryUtil  float64
+	MaxModelLen    int
+	EnableLoRA     bool
+	MaxLoRARank    int
+	MaxLoRAs       int
+	LogDir         string
+	StartupTimeout time.Duration
+	MaxRestarts    int
+	StopGrace      time.Duration
+	ExtraArgs      []string
+}
+
+func newServeVLLMCmd(deps *Deps, runF func(context.Context, *ServeVLLMOptions) error) *cobra.Command {
+	opts := &ServeVLLMOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve-vllm --model M --gpus 2,3 [flags] [-- extra vllm serve args]",
+		Short: "Launch and supervise vLLM servers on assigned GPUs",
+		Long: `Launch one ` + "`vllm serve`" + ` per replica on its assigned GPUs and supervise them until
+interrupted: each replica gets CUDA_VISIBLE_DEVICES from --gpus (split into
+--replicas groups of --tensor-parallel-size), its own process group, a log file
+under --log-dir, the RL flags ortrain needs (--logprobs-mode processed_logprobs,
+--generation-config vllm, VLLM_SERVER_DEV_MODE=1 for weight reloads), and a
+restart with backoff when it crashes (up to --max-restarts). Readiness is /health
+then /v1/models; a start that shows no progress for --startup-timeout fails.
+Interrupting (Ctrl-C, SIGTERM) stops every replica: SIGTERM to its whole group,
+SIGKILL after --stop-grace.
+
+Each replica's URL and every state change are printed on stdout, one line each:
+  replica 0 ready http://127.0.0.1:8000 gpus=2 restarts=0
+Arguments after -- are passed to vllm serve unchanged.`,
+		Example: `  # two replicas, one GPU each, on GPUs 2 and 3
+  ortrain serve-vllm --model Qwen/Qwen3-4B --gpus 2,3
+
+  # one replica sharded over two GPUs, with extra vLLM flags
+  ortrain serve-vllm --model /models/qwen3-8b --gpus 2,3 --tensor-parallel-size 2 -- --enforce-eager
+
+  # the same supervision over ortrain's own engine (no vLLM, no GPU)
+  ortrain serve-vllm --model models/tiny --replicas 2 --command "ortrain serve-engine"`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n := cmd.ArgsLenAtDash(); n > 0 {
+				return usageErrorf("unexpected argument %q before --; extra vllm serve args go after --", args[0])
+			} else if n == 0 {
+				opts.ExtraArgs = args
+			} else if len(args) > 0 {
+				return usageErrorf("unexpected argument %q; extra vllm serve args go after --", args[0])
+			}
+			opts.IO, opts.Getenv, opts.Environ = deps.IO, deps.Getenv, deps.Environ
+			opts.Logger = deps.Logger.With().Str("component", "vllm").Logger()
+			if opts.Model == "" {
+				return usageErrorf("--model is required (a model directory or a cached Org/Name)")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServeVLLM(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "", "model directory or Hugging Face repo id in the local cache (required)")
+	f.StringVar(&opts.GPUs, "gpus", "", "GPUs for vLLM, comma-separated (empty: no GPU, e.g. for serve-engine)")
+	f.IntVar(&opts.TensorParallel, "tensor-parallel-size", 1, "GPUs per replica")
+	f.IntVar(&opts.Replicas, "replicas", 0, "number of servers (0: GPUs / tensor-parallel-size, at least 1)")
+	f.IntVar(&opts.Port, "port", 8000, "port of replica 0; replica i gets port+i (0: free ports)")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the servers bind (keep loopback: the dev routes have no auth)")
+	f.StringVar(&opts.Command, "command", "vllm serve", "program and leading args of each server, split on spaces")
+	f.Float64Var(&opts.GPUMemoryUtil, "gpu-memory-utilization", 0, "fraction of each GPU's memory vLLM may use (0: vLLM's default)")
+	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (0: the model's)")
+	f.BoolVar(&opts.EnableLoRA, "enable-lora", false, "allow runtime LoRA adapter loading")
+	f.IntVar(&opts.MaxLoRARank, "max-lora-rank", 16, "largest adapter rank (with --enable-lora)")
+	f.IntVar(&opts.MaxLoRAs, "max-loras", 2, "adapters resident at once (with --enable-lora)")
+	f.StringVar(&opts.LogDir, "log-dir", "vllm-logs", "directory for replica-<i>.log")
+	f.DurationVar(&opts.StartupTimeout, "startup-timeout", 5*time.Minute, "fail a start that shows no progress for this long")
+	f.IntVar(&opts.MaxRestarts, "max-restarts", 5, "restarts per replica before giving up")
+	f.DurationVar(&opts.StopGrace, "stop-grace", 30*time.Second, "time between SIGTERM and SIGKILL on stop")
+	return cmd
+}
+
+func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
+	gpus, err := vllm.ParseGPUs(opts.GPUs)
+	if err != nil {
+		return usageErrorf("--gpus: %v", err)
+	}
+	assign, err := vllm.GPUPlan{GPUs: gpus, Replicas: opts.Replicas, TensorParallelSize: opts.TensorParallel}.Assign()
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	dir, _, err := model.Resolve(opts.Model, opts.Getenv)
+	if err != nil {
+		return usageErrorf("--model: %v", err)
+	}
+	command := strings.Fields(opts.Command)
+	if len(command) == 0 {
+		return usageErrorf("--command is empty")
+	}
+	launch := vllm.LaunchConfig{Command: command, Model: dir, Host: opts.Host, TensorParallelSize: opts.TensorParallel,
+		GPUMemoryUtilization: opts.GPUMemoryUtil, MaxModelLen: opts.MaxModelLen, ExtraArgs: opts.ExtraArgs, Environ: opts.Environ()}
+	if opts.EnableLoRA {
+		launch.LoRA = &vllm.LoRALaunch{MaxRank: opts.MaxLoRARank, MaxLoras: opts.MaxLoRAs}
+	}
+	events := &eventPrinter{w: opts.IO.Out}
+	sup, err := vllm.Start(ctx, vllm.Options{Launch: launch, GPUs: assign, BasePort: opts.Port, LogDir: opts.LogDir,
+		StartupTimeout: opts.StartupTimeout, MaxRestarts: opts.MaxRestarts, StopGrace: opts.StopGrace,
+		OnEvent: events.print, Logger: opts.Logger})
+	if err != nil {
+		return fmt.Errorf("start vLLM: %w", err)
+	}
+	defer sup.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-sup.Failed():
+		return sup.Err()
+	}
+}
+
+// eventPrinter writes one stdout line per replica state change.
+type eventPrinter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *eventPrinter) print(ev vllm.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	line := fmt.Sprintf("replica %d %s %s gpus=%s restarts=%d", ev.Replica, ev.State, ev.URL, vllm.JoinGPUs(ev.GPUs), ev.Restarts)
+	if ev.Err != nil {
+		line += " error=" + strings.ReplaceAll(ev.Err.Error(), "\n", " | ")
+	}
+	fmt.Fprintln(p.w, line)
+}

@@ -1,0 +1,610 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/vllm"
+)
+
+// ServeBackend is what `ortrain serve-engine` serves: a model that samples
+// batches (with a named LoRA adapter, "" for the base weights) and takes new
+// weights. The HTTP layer is tested over a pure-Go backend; the command wires
+// the libtorch worker.
+type ServeBackend interface {
+	SampleBatch(ctx context.Context, adapter string, reqs []Request) ([]Result, error)
+	// ReloadWeights loads HF-named safetensors from dir into the base model.
+	ReloadWeights(ctx context.Context, dir string) error
+	// LoadAdapter reads the PEFT adapter in dir under name (replacing one of
+	// that name); UnloadAdapter forgets it.
+	LoadAdapter(ctx context.Context, name, dir string) error
+	UnloadAdapter(ctx context.Context, name string) error
+	// Detokenize renders ids as text (for "text" and logprob "tokens").
+	Detokenize(ids []int32) string
+}
+
+// ServerOptions describe the served model.
+type ServerOptions struct {
+	ModelName   string  // the served name clients send as "model"
+	ModelRoot   string  // the model directory (/v1/models "root"; reload default)
+	MaxModelLen int     // prompt + completion cap (0: unbounded)
+	EOSIDs      []int32 // stop ids unless a request sets ignore_eos
+	// LoRA registers the adapter routes, as vLLM does only with
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
+	LoRA bool
+	// Batch shapes request batching (MaxBatch, Linger, Timeout).
+	Batch  BuiltinOptions
+	Logger zerolog.Logger
+	Now    func() time.Time
+}
+
+// Server serves the HTTP subset of vLLM that ortrain uses, with vLLM's JSON
+// shapes: /health, /v1/models, /v1/completions (token ids in and out,
+// sampler log-probs), /pause, /resume, /is_paused, /collective_rpc
+// reload_weights, /reset_prefix_cache and the LoRA adapter routes.
+// Concurrent completions are batched per adapter by a Builtin.
+type Server struct {
+	backend ServeBackend
+	opts    ServerOptions
+	mux     *http.ServeMux
+	gate    *pauseGate
+
+	mu       sync.Mutex
+	adapters map[string]string // name -> path
+	batchers map[string]*Builtin
+}
+
+// NewServer builds the server; Close stops its batchers.
+func NewServer(b ServeBackend, opts ServerOptions) *Server {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: newPauseGate(),
+		adapters: map[string]string{}, batchers: map[string]*Builtin{}}
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	s.mux.HandleFunc("POST /pause", s.handlePause)
+	s.mux.HandleFunc("POST /resume", s.handleResume)
+	s.mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.isPaused()})
+	})
+	s.mux.HandleFunc("POST /collective_rpc", s.handleCollectiveRPC)
+	s.mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
+		// The builtin engine keeps no KV cache across requests: nothing
+		// computed with old weights survives a reload.
+		w.WriteHeader(http.StatusOK)
+	})
+	if opts.LoRA {
+		s.mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
+		s.mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
+	}
+	return s
+}
+
+// ServeHTTP answers unknown routes the way vLLM's framework does.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// Close stops the batchers; in-flight requests fail with ErrClosed.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, b := range s.batchers {
+		b.Close()
+		delete(s.batchers, name)
+	}
+	return nil
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	created := s.opts.Now().Unix()
+	list := vllm.ModelList{Object: "list", Data: []vllm.ModelCard{{ID: s.opts.ModelName, Object: "model", Created: created,
+		OwnedBy: "vllm", Root: s.opts.ModelRoot, MaxModelLen: s.opts.MaxModelLen}}}
+	s.mu.Lock()
+	for name, path := range s.adapters {
+		parent := s.opts.ModelName
+		list.Data = append(list.Data, vllm.ModelCard{ID: name, Object: "model", Created: created, OwnedBy: "vllm", Root: path, Parent: &parent})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, list)
+}
+
+// completionBody is the server's view of a completion request: pointers
+// tell "absent" (vLLM's default applies) from zero.
+type completionBody struct {
+	Model                  string          `json:"model"`
+	Prompt                 json.RawMessage `json:"prompt"`
+	MaxTokens              *int            `json:"max_tokens"`
+	N                      *int            `json:"n"`
+	Temperature            *float64        `json:"temperature"`
+	TopP                   *float64        `json:"top_p"`
+	TopK                   *int            `json:"top_k"`
+	MinP                   *float64        `json:"min_p"`
+	RepetitionPenalty      *float64        `json:"repetition_penalty"`
+	PresencePenalty        *float64        `json:"presence_penalty"`
+	FrequencyPenalty       *float64        `json:"frequency_penalty"`
+	Seed                   *int64          `json:"seed"`
+	StopTokenIDs           []int32         `json:"stop_token_ids"`
+	Stop                   json.RawMessage `json:"stop"`
+	IgnoreEOS              bool            `json:"ignore_eos"`
+	Logprobs               *int            `json:"logprobs"`
+	PromptLogprobs         *int            `json:"prompt_logprobs"`
+	ReturnTokenIDs         bool            `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
+	Stream                 bool            `json:"stream"`
+}
+
+// badRequest is a request serve-engine refuses, with vLLM's 400 shape.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
+
+// parse validates the body against what the builtin engine can honour and
+// returns the prompts and one Request per prompt (seeds are set per sample).
+func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
+	var prompts [][]int32
+	var one []int32
+	if err := json.Unmarshal(b.Prompt, &one); err == nil && len(one) > 0 {
+		prompts = [][]int32{one}
+	} else if err := json.Unmarshal(b.Prompt, &prompts); err != nil || len(prompts) == 0 {
+		return nil, Request{}, 0, badf("prompt must be a non-empty list of token ids or a list of such lists (serve-engine does not tokenize text)")
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, Request{}, 0, badf("prompt %d is empty", i)
+		}
+		for _, id := range p {
+			if id < 0 {
+				return nil, Request{}, 0, badf("prompt %d has negative token id %d", i, id)
+			}
+		}
+	}
+	switch {
+	case b.Stream:
+		return nil, Request{}, 0, badf("stream is not supported by serve-engine")
+	case b.PromptLogprobs != nil:
+		return nil, Request{}, 0, badf("prompt_logprobs is not supported by serve-engine")
+	case b.Logprobs != nil && *b.Logprobs != 0:
+		return nil, Request{}, 0, badf("logprobs=%d: serve-engine returns only the sampled token's log-prob (logprobs=0)", *b.Logprobs)
+	case len(b.Stop) > 0 && string(b.Stop) != "null" && string(b.Stop) != "[]":
+		return nil, Request{}, 0, badf("stop strings are not supported by serve-engine; use stop_token_ids")
+	case !neutral(b.RepetitionPenalty, 1) || !neutral(b.PresencePenalty, 0) || !neutral(b.FrequencyPenalty, 0):
+		return nil, Request{}, 0, badf("repetition, presence and frequency penalties are not supported by serve-engine")
+	}
+	req := Request{MaxTokens: 16, Sampling: SamplingParams{Temperature: 1, TopP: 1}, StopIDs: b.StopTokenIDs}
+	if b.MaxTokens != nil {
+		req.MaxTokens = *b.MaxTokens
+	}
+	if b.Temperature != nil {
+		req.Sampling.Temperature = *b.Temperature
+	}
+	if b.TopP != nil {
+		req.Sampling.TopP = *b.TopP
+	}
+	if b.TopK != nil && *b.TopK > 0 {
+		req.Sampling.TopK = *b.TopK
+	} else if b.TopK != nil && *b.TopK < -1 {
+		return nil, Request{}, 0, badf("top_k must be -1 (disable), 0 (disable) or at least 1, got %d", *b.TopK)
+	}
+	if b.MinP != nil {
+		req.Sampling.MinP = *b.MinP
+	}
+	if !b.IgnoreEOS {
+		req.StopIDs = append(append([]int32(nil), req.StopIDs...), s.opts.EOSIDs...)
+	}
+	n := 1
+	if b.N != nil {
+		n = *b.N
+	}
+	if n < 1 {
+		return nil, Request{}, 0, badf("n must be at least 1, got %d", n)
+	}
+	for _, p := range prompts {
+		if s.opts.MaxModelLen > 0 && len(p)+req.MaxTokens > s.opts.MaxModelLen {
+			return nil, Request{}, 0, badf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				s.opts.MaxModelLen, len(p)+req.MaxTokens, len(p), req.MaxTokens)
+		}
+	}
+	probe := req
+	probe.PromptIDs = prompts[0]
+	if err := probe.Validate(); err != nil {
+		return nil, Request{}, 0, badf("%v", err)
+	}
+	return prompts, req, n, nil
+}
+
+func neutral(v *float64, want float64) bool { return v == nil || *v == want }
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var body completionBody
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	prompts, base, n, err := s.parse(&body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	batcher, err := s.batcher(body.Model)
+	if err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	ctx, leave, err := s.gate.enter(r.Context())
+	if err != nil {
+		return // the client went away while we were paused
+	}
+	defer leave()
+	results, aborted, err := s.sampleAll(ctx, batcher, prompts, base, n, body.Seed)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, s.response(&body, prompts, n, results, aborted))
+}
+
+// sampleAll generates n samples per prompt concurrently (the batcher merges
+// them). Sample j of a request with seed S uses seed S+j.
+func (s *Server) sampleAll(ctx context.Context, b *Builtin, prompts [][]int32, base Request, n int, seed *int64) ([]Result, []bool, error) {
+	total := len(prompts) * n
+	results := make([]Result, total)
+	aborted := make([]bool, total)
+	errs := make([]error, total)
+	var wg sync.WaitGroup
+	for i := range total {
+		req := base
+		req.PromptIDs = prompts[i/n]
+		if seed != nil {
+			req.Seed = *seed + int64(i%n)
+		} else {
+			req.Seed = randomSeed()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = b.Generate(ctx, req)
+			if errs[i] != nil && ctx.Err() != nil && s.gate.aborting() {
+				aborted[i], errs[i] = true, nil
+			}
+		}()
+	}
+	wg.Wait()
+	return results, aborted, errors.Join(errs...)
+}
+
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	v := int64(0)
+	for _, x := range b {
+		v = v<<8 | int64(x)
+	}
+	if v < 0 {
+		v = -v
+	}
+	return v
+}
+
+func (s *Server) response(body *completionBody, prompts [][]int32, n int, results []Result, aborted []bool) vllm.CompletionResponse {
+	var idb [12]byte
+	_, _ = rand.Read(idb[:])
+	resp := vllm.CompletionResponse{ID: "cmpl-" + hex.EncodeToString(idb[:]), Object: "text_completion", Created: s.opts.Now().Unix(), Model: body.Model}
+	for _, p := range prompts {
+		resp.Usage.PromptTokens += len(p)
+	}
+	for i, res := range results {
+		c := vllm.Choice{Index: i, Text: s.backend.Detokenize(res.IDs), StopReason: json.RawMessage("null"), PromptLogprobs: json.RawMessage("null")}
+		finish := vllm.FinishLength
+		switch {
+		case aborted[i]:
+			finish = vllm.FinishAbort
+		case res.StopReason == StopToken && len(res.IDs) > 0:
+			finish = vllm.FinishStop
+			if !isEOS(res.IDs[len(res.IDs)-1], s.opts.EOSIDs) || body.IgnoreEOS {
+				c.StopReason = json.RawMessage(strconv.Itoa(int(res.IDs[len(res.IDs)-1])))
+			}
+		}
+		c.FinishReason = &finish
+		if body.ReturnTokenIDs {
+			c.TokenIDs = append([]int32{}, res.IDs...)
+			c.PromptTokenIDs = prompts[i/n]
+		}
+		if body.Logprobs != nil {
+			c.Logprobs = s.logprobs(res, body.ReturnTokensAsTokenIDs)
+		}
+		resp.Choices = append(resp.Choices, c)
+		resp.Usage.CompletionTokens += len(res.IDs)
+	}
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
+	return resp
+}
+
+func isEOS(id int32, eos []int32) bool {
+	for _, e := range eos {
+		if e == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) logprobs(res Result, asIDs bool) *vllm.ChoiceLogprobs {
+	lp := &vllm.ChoiceLogprobs{TextOffset: []int{}, TokenLogprobs: []float64{}, Tokens: []string{}, TopLogprobs: []map[string]float64{}}
+	off := 0
+	for i, id := range res.IDs {
+		tok := "token_id:" + strconv.Itoa(int(id))
+		if !asIDs {
+			tok = s.backend.Detokenize([]int32{id})
+		}
+		v := float64(res.Logprobs[i])
+		lp.TextOffset = append(lp.TextOffset, off)
+		lp.TokenLogprobs = append(lp.TokenLogprobs, v)
+		lp.Tokens = append(lp.Tokens, tok)
+		lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{tok: v})
+		off += len(tok)
+	}
+	return lp
+}
+
+// batcher returns the batcher for a model name: the base model or a loaded
+// adapter. vLLM answers an unknown model with 404.
+func (s *Server) batcher(model string) (*Builtin, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	adapter := ""
+	if model != s.opts.ModelName && model != "" {
+		if _, ok := s.adapters[model]; !ok {
+			return nil, fmt.Errorf("The model `%s` does not exist.", model)
+		}
+		adapter = model
+	}
+	if b, ok := s.batchers[adapter]; ok {
+		return b, nil
+	}
+	b := NewBuiltin(adapterSampler{s.backend, adapter}, s.opts.Batch)
+	s.batchers[adapter] = b
+	return b, nil
+}
+
+type adapterSampler struct {
+	backend ServeBackend
+	adapter string
+}
+
+func (a adapterSampler) SampleBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+	return a.backend.SampleBatch(ctx, a.adapter, reqs)
+}
+
+func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
+	mode := r.URL.Query().Get("mode")
+	if mode == "" {
+		mode = vllm.PauseAbort
+	}
+	if mode != vllm.PauseAbort && mode != vllm.PauseWait && mode != vllm.PauseKeep {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("mode %q: want abort, wait or keep", mode))
+		return
+	}
+	if err := s.gate.pause(r.Context(), mode); err != nil {
+		writeError(w, http.StatusInternalServerError, "pause: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "paused"})
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	s.gate.resume()
+	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "resumed"})
+}
+
+func (s *Server) handleCollectiveRPC(w http.ResponseWriter, r *http.Request) {
+	var req vllm.CollectiveRPCRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if req.Method != "reload_weights" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("method %q: serve-engine implements only reload_weights", req.Method))
+		return
+	}
+	dir := s.opts.ModelRoot
+	if p, ok := req.Kwargs["weights_path"].(string); ok && p != "" {
+		dir = p
+	}
+	ctx := r.Context()
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout*float64(time.Second)))
+		defer cancel()
+	}
+	start := time.Now()
+	if err := s.backend.ReloadWeights(ctx, dir); err != nil {
+		writeError(w, http.StatusInternalServerError, "reload_weights: "+err.Error())
+		return
+	}
+	s.opts.Logger.Info().Str("dir", dir).Dur("took", time.Since(start)).Msg("reloaded weights")
+	writeJSON(w, http.StatusOK, vllm.CollectiveRPCResponse{Results: []json.RawMessage{json.RawMessage("null")}})
+}
+
+func (s *Server) handleLoadLoRA(w http.ResponseWriter, r *http.Request) {
+	var req vllm.LoadLoRARequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.LoRAName == "" || req.LoRAPath == "" {
+		writeError(w, http.StatusBadRequest, "Both 'lora_name' and 'lora_path' must be provided.")
+		return
+	}
+	s.mu.Lock()
+	_, exists := s.adapters[req.LoRAName]
+	s.mu.Unlock()
+	if exists && !req.LoadInplace {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("The lora adapter '%s' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.", req.LoRAName))
+		return
+	}
+	if err := s.backend.LoadAdapter(r.Context(), req.LoRAName, req.LoRAPath); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.adapters[req.LoRAName] = req.LoRAPath
+	s.mu.Unlock()
+	writeText(w, fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoRAName))
+}
+
+func (s *Server) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
+	var req vllm.UnloadLoRARequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.LoRAName == "" {
+		writeError(w, http.StatusBadRequest, "'lora_name' must be provided.")
+		return
+	}
+	s.mu.Lock()
+	_, ok := s.adapters[req.LoRAName]
+	delete(s.adapters, req.LoRAName)
+	b := s.batchers[req.LoRAName]
+	delete(s.batchers, req.LoRAName)
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoRAName))
+		return
+	}
+	if b != nil {
+		b.Close()
+	}
+	if err := s.backend.UnloadAdapter(r.Context(), req.LoRAName); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeText(w, fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoRAName))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeText(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, msg)
+}
+
+// writeError answers with vLLM's error body.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError"}[code]
+	if typ == "" {
+		typ = "InternalServerError"
+	}
+	writeJSON(w, code, vllm.ErrorResponse{Error: vllm.ErrorInfo{Message: msg, Type: typ, Code: code}})
+}
+
+// pauseGate holds new completions while paused and tracks in-flight ones so
+// pause can drain (wait, keep) or cancel (abort) them.
+type pauseGate struct {
+	mu       sync.Mutex
+	paused   bool
+	abort    bool
+	resumed  chan struct{} // closed while not paused
+	inflight map[int]context.CancelFunc
+	next     int
+	drained  chan struct{} // closed when inflight drops to zero during a pause
+}
+
+func newPauseGate() *pauseGate {
+	g := &pauseGate{resumed: make(chan struct{}), inflight: map[int]context.CancelFunc{}}
+	close(g.resumed)
+	return g
+}
+
+// enter waits while paused, then registers a request; leave unregisters it.
+func (g *pauseGate) enter(ctx context.Context) (context.Context, func(), error) {
+	for {
+		g.mu.Lock()
+		if !g.paused {
+			id := g.next
+			g.next++
+			rctx, cancel := context.WithCancel(ctx)
+			g.inflight[id] = cancel
+			g.mu.Unlock()
+			return rctx, func() {
+				cancel()
+				g.mu.Lock()
+				delete(g.inflight, id)
+				if len(g.inflight) == 0 && g.drained != nil {
+					close(g.drained)
+					g.drained = nil
+				}
+				g.mu.Unlock()
+			}, nil
+		}
+		wait := g.resumed
+		g.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// pause stops new requests and returns once in-flight ones have finished
+// (abort cancels them first; they answer with finish_reason "abort").
+// keep cannot freeze a running batch here, so it drains like wait.
+func (g *pauseGate) pause(ctx context.Context, mode string) error {
+	g.mu.Lock()
+	if !g.paused {
+		g.paused = true
+		g.resumed = make(chan struct{})
+	}
+	g.abort = mode == vllm.PauseAbort
+	if g.abort {
+		for _, cancel := range g.inflight {
+			cancel()
+		}
+	}
+	if len(g.inflight) == 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	if g.drained == nil {
+		g.drained = make(chan struct{})
+	}
+	drained := g.drained
+	g.mu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *pauseGate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		g.paused, g.abort = false, false
+		close(g.resumed)
+	}
+}
+
+func (g *pauseGate) isPaused() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.paused }
+
+func (g *pauseGate) aborting() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.abort }
