@@ -122,6 +122,8 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 		newServeVLLMCmd(deps, nil),
 		newEnvCmd(deps),
 		newListTasksCmd(deps, nil),
+		newDoctorCmd(deps, nil),
+		newProbeWorkerCmd(deps),
 	)
 	return root
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -53,7 +54,9 @@ type ModelOptions struct {
 	// DType is float32 (default on CPU), bfloat16, float16 or float64; empty
 	// on CUDA means the checkpoint's torch_dtype.
 	DType   string
-	Threads int // libtorch intra-op threads; 0 keeps libtorch's default
+	// Threads is libtorch's intra-op thread count; 0 means one per CPU
+	// (libtorch itself would default to 1 here).
+	Threads int
 	Seed    int64
 	LoRA    *LoRAOptions
 	// Reference keeps a frozen copy for the KL term (full fine-tuning); with
@@ -165,6 +168,9 @@ func resolveOptions(o ModelOptions, cfg *model.Config) (ModelOptions, model.DTyp
 	}
 	if !deviceRE.MatchString(o.Device) {
 		return o, "", fmt.Errorf("device %q is invalid (want cpu, cuda or cuda:N)", o.Device)
+	}
+	if o.Threads <= 0 {
+		o.Threads = runtime.NumCPU()
 	}
 	if o.DType == "" {
 		o.DType = "float32"

@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// probeCommand is the hidden subcommand that opens the worker library in a
+// short-lived child, so a libtorch that aborts on load cannot take doctor down.
+const probeCommand = "__probe-worker"
+
+// probeTimeout bounds the child's dlopen of libtorch.
+const probeTimeout = 60 * time.Second
+
+// DoctorOptions are the inputs of `ortrain doctor`.
+type DoctorOptions struct {
+	IO         *IOStreams
+	Getenv     func(string) string
+	Executable func() (string, error)
+	WorkerLib  string
+	JSON       bool
+	// Probe opens the library and reports it; nil runs probeCommand in a
+	// child of Executable.
+	Probe func(ctx context.Context, lib string) (worker.Info, error)
+	// LookPath finds optional tools (vllm); nil means exec.LookPath.
+	LookPath func(string) (string, error)
+}
+
+// Check is one line of doctor's report; Fix is the command that would turn
+// a failed check into a passing one. Required checks fail the command.
+type Check struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Required bool   `json:"required"`
+	Detail   string `json:"detail"`
+	Fix      string `json:"fix,omitempty"`
+}
+
+const buildFix = "scripts/install-libtorch.sh && scripts/build-worker.sh (or set ORTRAIN_WORKER_LIB)"
+
+func newDoctorCmd(deps *Deps, runF func(context.Context, *DoctorOptions) error) *cobra.Command {
+	opts := &DoctorOptions{}
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Report what is installed: the worker library, libtorch, CUDA devices, vLLM",
+		Long: `Check what ortrain can use on this machine and say how to fix what is missing.
+One line per capability: the ortrain binary, the libtorch worker library (where it
+was found, which libtorch it was built against, its ABI), CUDA devices seen by
+libtorch, the BLAS libtorch uses on CPU, and vLLM. Each ✗ line carries the command
+that fixes it. The worker library is opened in a short-lived child process, so a
+broken libtorch cannot crash doctor itself.
+
+Exit status 1 when a capability training needs (the worker library) is missing;
+optional ones (CUDA, vLLM) only print ✗.`,
+		Example: `  ortrain doctor
+  ortrain doctor --worker-lib build/worker/libortrain_worker.so --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.IO, opts.Getenv, opts.Executable = deps.IO, deps.Getenv, deps.Executable
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runDoctor(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.WorkerLib, "worker-lib", "", "path of the worker library (default: $ORTRAIN_WORKER_LIB, next to the binary, build/worker/)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the checks as JSON")
+	return cmd
+}
+
+// newProbeWorkerCmd is doctor's child: open the library, print its Info.
+func newProbeWorkerCmd(deps *Deps) *cobra.Command {
+	var lib string
+	cmd := &cobra.Command{
+		Use:    probeCommand + " --lib PATH",
+		Short:  "Open the worker library and print its info as JSON (used by doctor)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := worker.Open(lib)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(deps.IO.Out).Encode(l.Info())
+		},
+	}
+	cmd.Flags().StringVar(&lib, "lib", "", "library path")
+	return cmd
+}
+
+func runDoctor(ctx context.Context, opts *DoctorOptions) error {
+	checks := doctorChecks(ctx, opts)
+	if opts.JSON {
+		enc := json.NewEncoder(opts.IO.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(checks); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range checks {
+			mark := "✓"
+			if !c.OK {
+				mark = "✗"
+			}
+			fmt.Fprintf(opts.IO.Out, "%s %-16s %s\n", mark, c.Name, c.Detail)
+			if !c.OK && c.Fix != "" {
+				fmt.Fprintf(opts.IO.Out, "  %-16s fix: %s\n", "", c.Fix)
+			}
+		}
+	}
+	var missing []string
+	for _, c := range checks {
+		if c.Required && !c.OK {
+			missing = append(missing, c.Name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("doctor: missing %s (see the fix lines above)", strings.Join(missing, ", "))
+	}
+	return ctx.Err()
+}
+
+func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
+	exe, err := opts.Executable()
+	if err != nil {
+		exe = "unknown (" + err.Error() + ")"
+	}
+	checks := []Check{{Name: "ortrain", OK: true, Required: true,
+		Detail: fmt.Sprintf("%s (%s, %s/%s) %s", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH, exe)}}
+	lib, searched, err := worker.FindLibrary(opts.WorkerLib, opts.Getenv)
+	if err != nil {
+		detail := err.Error()
+		if worker.IsNotFound(err) {
+			detail = "not found (searched: " + strings.Join(searched, ", ") + ")"
+		}
+		return append(checks, Check{Name: "worker library", Required: true, Detail: detail, Fix: buildFix}, vllmCheck(opts))
+	}
+	checks = append(checks, Check{Name: "worker library", OK: true, Required: true, Detail: lib})
+	probe := opts.Probe
+	if probe == nil {
+		probe = func(ctx context.Context, lib string) (worker.Info, error) {
+			return probeInChild(ctx, exe, nil, nil, lib)
+		}
+	}
+	info, err := probe(ctx, lib)
+	if err != nil {
+		checks = append(checks, Check{Name: "libtorch", Required: true, Detail: "worker library does not load: " + err.Error(),
+			Fix: "rebuild against the installed libtorch: scripts/build-worker.sh"})
+		return append(checks, vllmCheck(opts))
+	}
+	checks = append(checks, Check{Name: "libtorch", OK: true, Required: true, Detail: fmt.Sprintf(
+		"%s (worker ABI %d, CXX11 ABI %v, %d intra-op threads by default)", info.LibtorchVersion, info.ABIVersion, info.CXX11ABI, info.Threads)})
+	if info.CUDADevices > 0 {
+		checks = append(checks, Check{Name: "CUDA", OK: true, Detail: fmt.Sprintf("%d device(s): use device cuda:0 …", info.CUDADevices)})
+	} else {
+		checks = append(checks, Check{Name: "CUDA", Detail: "no CUDA devices visible to libtorch: training runs on CPU",
+			Fix: "on a GPU machine: pip install torch (CUDA build), then scripts/build-worker.sh"})
+		checks = append(checks, blasCheck())
+	}
+	return append(checks, vllmCheck(opts))
+}
+
+// probeInChild runs `exe [prefix...] __probe-worker --lib lib` with a
+// timeout and decodes the Info it prints.
+func probeInChild(ctx context.Context, exe string, prefix, env []string, lib string) (worker.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append(append([]string{}, prefix...), probeCommand, "--lib", lib)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		tail := strings.TrimSpace(errOut.String())
+		if len(tail) > 600 {
+			tail = "…" + tail[len(tail)-600:]
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return worker.Info{}, fmt.Errorf("probe timed out after %s: %s", probeTimeout, tail)
+		}
+		return worker.Info{}, fmt.Errorf("probe child failed (%v): %s", err, tail)
+	}
+	var info worker.Info
+	if err := json.Unmarshal(out.Bytes(), &info); err != nil {
+		return worker.Info{}, fmt.Errorf("probe child printed no info: %w (%q)", err, out.String())
+	}
+	return info, nil
+}
+
+// blasCheck looks at which BLAS libtorch's libblas.so.3 resolves to: the
+// reference BLAS makes fp32 matmul about 14x slower than OpenBLAS.
+func blasCheck() Check {
+	const fix = "apt-get install libopenblas0-openmp (scripts/install-libtorch.sh does this)"
+	matches, _ := filepath.Glob("/usr/lib/*/libblas.so.3")
+	if len(matches) == 0 {
+		return Check{Name: "BLAS", OK: true, Detail: "no system libblas.so.3 (libtorch bundles its own)"}
+	}
+	real, err := filepath.EvalSymlinks(matches[0])
+	if err != nil {
+		return Check{Name: "BLAS", Detail: err.Error(), Fix: fix}
+	}
+	if strings.Contains(real, "openblas") || strings.Contains(real, "mkl") || strings.Contains(real, "blis") {
+		return Check{Name: "BLAS", OK: true, Detail: real}
+	}
+	return Check{Name: "BLAS", Detail: real + " is the slow reference BLAS", Fix: fix}
+}
+
+func vllmCheck(opts *DoctorOptions) Check {
+	look := opts.LookPath
+	if look == nil {
+		look = exec.LookPath
+	}
+	if p, err := look("vllm"); err == nil {
+		return Check{Name: "vLLM", OK: true, Detail: p}
+	}
+	return Check{Name: "vLLM", Detail: "not on PATH (optional: the built-in worker generates)", Fix: "pip install vllm (on a GPU machine)"}
+}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+func doctorOpts(env map[string]string) (*DoctorOptions, *bytes.Buffer) {
+	io, out, _ := TestIO()
+	return &DoctorOptions{
+		IO:         io,
+		Getenv:     func(k string) string { return env[k] },
+		Executable: func() (string, error) { return "/opt/ortrain/bin/ortrain", nil },
+		LookPath:   func(string) (string, error) { return "", errors.New("not found") },
+	}, out
+}
+
+func TestDoctorMissingLibrary(t *testing.T) {
+	opts, out := doctorOpts(nil)
+	opts.WorkerLib = filepath.Join(t.TempDir(), "libortrain_worker.so")
+	err := runDoctor(context.Background(), opts)
+	require.ErrorContains(t, err, "worker library")
+	assert.Contains(t, out.String(), "✓ ortrain")
+	assert.Contains(t, out.String(), "✗ worker library")
+	assert.Contains(t, out.String(), "fix: scripts/install-libtorch.sh && scripts/build-worker.sh")
+	assert.Contains(t, out.String(), "✗ vLLM")
+	assert.Contains(t, out.String(), "fix: pip install vllm")
+}
+
+func TestDoctorReportsProbedLibrary(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libortrain_worker.so")
+	require.NoError(t, os.WriteFile(lib, []byte("x"), 0o644))
+	for _, tc := range []struct {
+		name    string
+		info    worker.Info
+		err     error
+		wantErr bool
+		want    []string
+	}{
+		{"cpu", worker.Info{LibtorchVersion: "1.13.0", ABIVersion: 1, Threads: 2}, nil, false,
+			[]string{"✓ worker library", "✓ libtorch", "1.13.0 (worker ABI 1", "✗ CUDA", "fix: on a GPU machine"}},
+		{"gpu", worker.Info{LibtorchVersion: "2.5.1", ABIVersion: 1, CUDADevices: 2}, nil, false,
+			[]string{"✓ libtorch", "2.5.1", "✓ CUDA", "2 device(s)"}},
+		{"broken", worker.Info{}, errors.New("undefined symbol: _ZN3c10"), true,
+			[]string{"✗ libtorch", "undefined symbol", "fix: rebuild against the installed libtorch"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, out := doctorOpts(map[string]string{worker.EnvLibrary: lib})
+			opts.Probe = func(_ context.Context, got string) (worker.Info, error) {
+				assert.Equal(t, lib, got)
+				return tc.info, tc.err
+			}
+			err := runDoctor(context.Background(), opts)
+			if tc.wantErr {
+				require.Error(t, err)
+			} else {
+				require.NoError(t, err)
+			}
+			for _, w := range tc.want {
+				assert.Contains(t, out.String(), w)
+			}
+		})
+	}
+}
+
+func TestDoctorJSON(t *testing.T) {
+	opts, out := doctorOpts(nil)
+	opts.WorkerLib, opts.JSON = "/nonexistent/lib.so", true
+	require.Error(t, runDoctor(context.Background(), opts))
+	var checks []Check
+	require.NoError(t, json.Unmarshal(out.Bytes(), &checks))
+	require.Len(t, checks, 3)
+	assert.Equal(t, "worker library", checks[1].Name)
+	assert.False(t, checks[1].OK)
+	assert.True(t, checks[1].Required)
+	assert.NotEmpty(t, checks[1].Fix)
+}
+
+// TestHelperProbeProcess is not a test: it is the child process of
+// TestDoctorProbesInChild, run as the test binary with ORTRAIN_PROBE_CHILD=1.
+func TestHelperProbeProcess(t *testing.T) {
+	if os.Getenv("ORTRAIN_PROBE_CHILD") != "1" {
+		return
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	os.Exit(Execute(context.Background(), SystemDeps(), args))
+}
+
+// TestDoctorProbesInChild runs the real hidden probe command in a child
+// process against a missing library (always) and the built worker (when
+// present).
+func TestDoctorProbesInChild(t *testing.T) {
+	prefix, env := []string{"-test.run=^TestHelperProbeProcess$", "--"}, []string{"ORTRAIN_PROBE_CHILD=1"}
+	_, err := probeInChild(context.Background(), os.Args[0], prefix, env, filepath.Join(t.TempDir(), "missing.so"))
+	require.ErrorContains(t, err, "build-worker.sh")
+	lib, _, err := worker.FindLibrary("", os.Getenv)
+	if err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_WORKER") != "" {
+			t.Fatalf("ORTRAIN_REQUIRE_WORKER is set but the worker library is missing: %v", err)
+		}
+		t.Logf("worker library not built; probed only the missing-library path")
+		return
+	}
+	info, err := probeInChild(context.Background(), os.Args[0], prefix, env, lib)
+	require.NoError(t, err)
+	assert.Equal(t, worker.ABIVersion, info.ABIVersion)
+	assert.NotEmpty(t, info.LibtorchVersion)
+	assert.Equal(t, lib, info.Path)
+}
