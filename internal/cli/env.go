@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/ors/orsserver"
+)
+
+// EnvServeOptions are the inputs of `ortrain env serve`.
+type EnvServeOptions struct {
+	IO     *IOStreams
+	Logger zerolog.Logger
+
+	Name        string
+	Host        string
+	Port        int
+	IdleTimeout time.Duration
+}
+
+// newEnvCmd groups the built-in environment commands.
+func newEnvCmd(deps *Deps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "env",
+		Short: "Serve and list ortrain's built-in ORS environments",
+		Long: `Built-in Open Reward Standard environments, served over HTTP by ortrain itself.
+They need no network and no Python: use them to try ortrain, in tests, and in
+the CPU quickstart. Anywhere an --env target is accepted, builtin:NAME serves
+the built-in env NAME in-process on a free loopback port.`,
+		Example: `  ortrain env list
+  ortrain env serve echo --port 8080`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newEnvServeCmd(deps, nil), newEnvListCmd(deps))
+	return cmd
+}
+
+func newEnvServeCmd(deps *Deps, runF func(context.Context, *EnvServeOptions) error) *cobra.Command {
+	opts := &EnvServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve NAME",
+		Short: "Serve a built-in environment over ORS until interrupted",
+		Long: `Serve the built-in environment NAME over the Open Reward Standard HTTP API and
+print its base URL on stdout. The server speaks the full protocol (SSE tool
+calls, resumable calls, idle reaping), so the Python openreward SDK and TRL can
+use it too (set OPENREWARD_API_URL and OPENREWARD_SESSION_URL to the URL).
+
+Sessions idle for --idle-timeout (no request, no ping) are torn down.
+SIGINT or SIGTERM stops the server gracefully: requests in flight finish and
+every live session is torn down.
+
+Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), ", ") + `.`,
+		Example: `  # serve the TRL echo fixture on port 8080 and list its tasks and tools
+  ortrain env serve echo --port 8080 &
+  ortrain list-tasks --env http://127.0.0.1:8080 --tools
+
+  # listen on every interface
+  ortrain env serve letters --host 0.0.0.0 --port 9000`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.IO = deps.IO
+			opts.Name = args[0]
+			opts.Logger = deps.Logger.With().Str("component", "env-serve").Str("env", args[0]).Logger()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runEnvServe(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Host, "host", "127.0.0.1", "address to listen on")
+	cmd.Flags().IntVar(&opts.Port, "port", 8080, "TCP port (0 picks a free one)")
+	cmd.Flags().DurationVar(&opts.IdleTimeout, "idle-timeout", 15*time.Minute, "tear down sessions idle for this long")
+	return cmd
+}
+
+// shutdownGrace bounds a graceful stop of env serve.
+const shutdownGrace = 10 * time.Second
+
+func runEnvServe(ctx context.Context, opts *EnvServeOptions) error {
+	if _, err := envs.New(opts.Name); err != nil {
+		return &UsageError{Err: err}
+	}
+	if opts.Port < 0 || opts.Port > 65535 {
+		return usageErrorf("--port %d is not a TCP port (0-65535)", opts.Port)
+	}
+	if opts.IdleTimeout <= 0 {
+		return usageErrorf("--idle-timeout %s must be positive (e.g. 15m)", opts.IdleTimeout)
+	}
+	addr := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+	// Serve on a context that outlives ctx, so shutdown below gets its own
+	// bounded deadline instead of the already-cancelled one.
+	url, srv, stop, err := envs.Listen(context.WithoutCancel(ctx), opts.Name, addr,
+		orsserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout, Version: Version()})
+	if err != nil {
+		return fmt.Errorf("serve env %s: %w (is the port in use? try --port 0)", opts.Name, err)
+	}
+	fmt.Fprintln(opts.IO.Out, url)
+	opts.Logger.Info().Str("url", url).Strs("ors_envs", srv.EnvNames()).Msg("serving; stop with Ctrl-C")
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	err = stop(sctx)
+	st := srv.Stats()
+	opts.Logger.Info().Int64("sessions_created", st.Created).Int64("sessions_torn_down", st.Deleted).Int64("tool_calls", st.ToolCalls).Msg("stopped")
+	if err != nil {
+		return fmt.Errorf("stop env %s: %w", opts.Name, err)
+	}
+	return nil
+}
+
+func newEnvListCmd(deps *Deps) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the built-in environments",
+		Long: `List the built-in environments: the name to pass to 'ortrain env serve' (or
+builtin:NAME), the ORS env name it serves under, and what it is for.`,
+		Example: `  ortrain env list`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tp := newTablePrinter(deps.IO.Out, deps.IO.IsStdoutTTY())
+			tp.AddRow("NAME", "ORS NAME", "DESCRIPTION")
+			for _, e := range envs.List() {
+				tp.AddRow(e.Key, e.EnvName, e.Description)
+			}
+			return tp.Render()
+		},
+	}
+}

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a command writing while a test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// execCLI runs ortrain with args and env (OPENREWARD_* etc.) and returns
+// the exit code, stdout and stderr.
+func execCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	deps := SystemDeps()
+	io, out, errOut := TestIO()
+	deps.IO = io
+	deps.Getenv = func(k string) string { return env[k] }
+	code := Execute(context.Background(), deps, args)
+	return code, out.String(), errOut.String()
+}
+
+// serveInBackground runs `ortrain env serve args...` until the test ends and
+// returns the URL it printed.
+func serveInBackground(t *testing.T, args ...string) string {
+	t.Helper()
+	deps := SystemDeps()
+	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: out, ErrOut: errOut}
+	deps.Getenv = func(string) string { return "" }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- Execute(ctx, deps, append([]string{"env", "serve", "--log-format", "json"}, args...)) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			assert.Equal(t, ExitOK, code, errOut.String())
+			assert.Contains(t, errOut.String(), `"message":"stopped"`)
+		case <-time.After(15 * time.Second):
+			t.Error("env serve did not stop after cancel")
+		}
+	})
+	var url string
+	require.Eventually(t, func() bool {
+		url = strings.TrimSpace(out.String())
+		return url != ""
+	}, 10*time.Second, 10*time.Millisecond, "stderr: %s", errOut.String())
+	return url
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+func TestEnvServeFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want EnvServeOptions
+	}{
+		{[]string{"echo"}, EnvServeOptions{Name: "echo", Host: "127.0.0.1", Port: 8080, IdleTimeout: 15 * time.Minute}},
+		{[]string{"letters", "--host", "0.0.0.0", "--port", "9000", "--idle-timeout", "30s"}, EnvServeOptions{Name: "letters", Host: "0.0.0.0", Port: 9000, IdleTimeout: 30 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			deps := SystemDeps()
+			deps.IO, _, _ = TestIO()
+			var got *EnvServeOptions
+			cmd := newEnvServeCmd(deps, func(_ context.Context, o *EnvServeOptions) error { got = o; return nil })
+			cmd.SetArgs(tt.args)
+			require.NoError(t, cmd.Execute())
+			require.NotNil(t, got)
+			assert.Equal(t, tt.want, EnvServeOptions{Name: got.Name, Host: got.Host, Port: got.Port, IdleTimeout: got.IdleTimeout})
+		})
+	}
+}
+
+func TestEnvServeErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { busy.Close() })
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains string
+	}{
+		{"unknown env", []string{"env", "serve", "nope"}, ExitUsage, `unknown built-in environment "nope" (available: echo, letters)`},
+		{"no name", []string{"env", "serve"}, ExitUsage, "accepts 1 arg"},
+		{"bad port", []string{"env", "serve", "echo", "--port", "70000"}, ExitUsage, "--port 70000 is not a TCP port"},
+		{"bad idle timeout", []string{"env", "serve", "echo", "--idle-timeout", "0s"}, ExitUsage, "--idle-timeout 0s must be positive"},
+		{"port in use", []string{"env", "serve", "echo", "--port", busyPort}, ExitError, "is the port in use?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := execCLI(t, nil, tt.args...)
+			assert.Equal(t, tt.code, code, errOut)
+			assert.Empty(t, out)
+			assert.Contains(t, errOut, tt.contains)
+		})
+	}
+}
+
+func TestEnvList(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "env", "list")
+	require.Equal(t, ExitOK, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3)
+	assert.Equal(t, "NAME\tORS NAME\tDESCRIPTION", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "echo\techoenvironment\t"), lines[1])
+	assert.True(t, strings.HasPrefix(lines[2], "letters\tletters\t"), lines[2])
+}
+
+// TestEnvServeThenListTasks is the issue's must-show: serve echo on a port,
+// then list its tasks and tools through that URL.
+func TestEnvServeThenListTasks(t *testing.T) {
+	port := freePort(t)
+	url := serveInBackground(t, "echo", "--port", strconv.Itoa(port))
+	require.Equal(t, "http://127.0.0.1:"+strconv.Itoa(port), url)
+
+	code, out, errOut := execCLI(t, nil, "list-tasks", "--env", url, "--tools")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Equal(t, `INDEX	ID	TARGET
+0	echo-0	hello
+1	echo-1	world
+2	echo-2	trl
+3	echo-3	openreward
+
+TOOL	SCOPE	DESCRIPTION
+echo	shared	Echo the given text back. Echoing the task's target wins.
+hint	task	Get a hint about how to win.
+`, out)
+}

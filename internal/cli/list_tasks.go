@@ -1,0 +1,406 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/ors/orsserver"
+)
+
+// ListTasksOptions are the inputs of `ortrain list-tasks`.
+type ListTasksOptions struct {
+	IO     *IOStreams
+	Logger zerolog.Logger
+	Getenv func(string) string
+
+	Env      string
+	Split    string
+	NumTasks int
+	Indices  []int
+	Tools    bool
+	Format   string
+}
+
+var listTasksFormats = []string{"table", "json", "jsonl"}
+
+func newListTasksCmd(deps *Deps, runF func(context.Context, *ListTasksOptions) error) *cobra.Command {
+	opts := &ListTasksOptions{}
+	cmd := &cobra.Command{
+		Use:   "list-tasks --env TARGET",
+		Short: "List an environment's tasks (and tools)",
+		Long: `List the tasks of one split of an ORS environment: an index column plus one
+column per task-spec key. With --tools, also list the tools a policy would see:
+the shared ones (/tools) and the task-scoped ones, found by opening one real
+session on the first listed task (/task_tools).
+
+TARGET is one of:
+  http://HOST:PORT        a self-hosted ORS server (default env; add /NAME for another)
+  Owner/Env               a hosted catalog environment (needs OPENREWARD_API_KEY)
+  builtin:NAME            a built-in env, served in-process (` + strings.Join(envs.Names(), ", ") + `)
+
+Output: an aligned table on a terminal, tab-separated values when piped;
+--format json prints one document {env, split, tasks[{index, task}], tools[]},
+--format jsonl one {"index","task"} object per line (then one {"tool","scope"}
+per tool). JSON fields may be added in later versions, never changed.
+
+Environment variables:
+  OPENREWARD_API_KEY      API key for catalog environments
+  OPENREWARD_URL          platform web base (default https://openreward.ai)
+  OPENREWARD_API_URL      override of the platform API host (https://api.<host>)
+  OPENREWARD_SESSION_URL  override of the sessions host (https://sessions.<host>)`,
+		Example: `  ortrain list-tasks --env http://127.0.0.1:8080 --tools
+  ortrain list-tasks --env builtin:letters --split mixed --num-tasks 5
+  ortrain list-tasks --env Eigent/SETA --indices 0,5,7 --format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.IO = deps.IO
+			opts.Getenv = deps.Getenv
+			opts.Logger = deps.Logger.With().Str("component", "list-tasks").Logger()
+			if err := opts.validate(cmd.Flags().Changed("num-tasks")); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runListTasks(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Env, "env", "", "environment: URL, Owner/Env catalog name, or builtin:NAME (required)")
+	cmd.Flags().StringVar(&opts.Split, "split", "train", "task split")
+	cmd.Flags().IntVar(&opts.NumTasks, "num-tasks", 0, "list only the first N tasks")
+	cmd.Flags().IntSliceVar(&opts.Indices, "indices", nil, "list only these task indices (e.g. 0,5,7)")
+	cmd.Flags().BoolVar(&opts.Tools, "tools", false, "also list shared and task-scoped tools (opens one session)")
+	cmd.Flags().StringVar(&opts.Format, "format", "table", "output format: "+strings.Join(listTasksFormats, ", "))
+	return cmd
+}
+
+func (o *ListTasksOptions) validate(numTasksSet bool) error {
+	switch {
+	case o.Env == "":
+		return usageErrorf("--env is required (a URL like http://127.0.0.1:8080, a catalog name like Owner/Env, or builtin:NAME)")
+	case !slices.Contains(listTasksFormats, o.Format):
+		return usageErrorf("--format %q is not a format (allowed: %s)", o.Format, strings.Join(listTasksFormats, ", "))
+	case numTasksSet && len(o.Indices) > 0:
+		return usageErrorf("specify only one of --num-tasks and --indices")
+	case numTasksSet && o.NumTasks <= 0:
+		return usageErrorf("--num-tasks %d must be at least 1", o.NumTasks)
+	case o.Split == "":
+		return usageErrorf("--split must not be empty")
+	}
+	for _, i := range o.Indices {
+		if i < 0 {
+			return usageErrorf("--indices: %d is negative; indices start at 0", i)
+		}
+	}
+	return nil
+}
+
+// toolRow is one listed tool.
+type toolRow struct {
+	ors.ToolSpec
+	Scope string `json:"scope"` // "shared" or "task"
+}
+
+func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
+	client, stop, err := openTarget(ctx, opts.Env, opts.Getenv, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := checkSplit(ctx, client, opts.Env, opts.Split); err != nil {
+		return err
+	}
+	tasks, err := fetchTasks(ctx, client, opts)
+	if err != nil {
+		return targetError(opts.Env, err)
+	}
+	var tools []toolRow
+	if opts.Tools {
+		probe := 0
+		if len(tasks) > 0 {
+			probe = tasks[0].Index
+		}
+		if tools, err = probeTools(ctx, client, opts.Split, probe); err != nil {
+			return targetError(opts.Env, err)
+		}
+	}
+	switch opts.Format {
+	case "json":
+		return writeTasksJSON(opts.IO.Out, opts, tasks, tools)
+	case "jsonl":
+		return writeTasksJSONL(opts.IO.Out, tasks, tools)
+	}
+	return writeTasksTable(opts.IO, tasks, tools)
+}
+
+// openTarget builds a client for target; builtin:NAME is served in-process
+// on loopback until stop is called.
+func openTarget(ctx context.Context, target string, getenv func(string) string, log zerolog.Logger) (*ors.Client, func(), error) {
+	stop := func() {}
+	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
+		if _, err := envs.New(name); err != nil {
+			return nil, nil, &UsageError{Err: fmt.Errorf("--env %s: %w", target, err)}
+		}
+		url, _, stopServer, err := envs.ServeLocal(ctx, name, orsserver.Options{Logger: log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve %s: %w", target, err)
+		}
+		stop = func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+			defer cancel()
+			_ = stopServer(sctx)
+		}
+		target = url
+	}
+	client, err := ors.NewClient(target, ors.Options{Getenv: getenv, Logger: log})
+	if err != nil {
+		stop()
+		var auth *ors.AuthError
+		if errors.As(err, &auth) {
+			return nil, nil, err
+		}
+		return nil, nil, &UsageError{Err: fmt.Errorf("--env: %w", err)}
+	}
+	return client, func() { client.CloseIdleConnections(); stop() }, nil
+}
+
+// checkSplit fails with the list of valid splits when split is unknown.
+func checkSplit(ctx context.Context, c *ors.Client, target, split string) error {
+	splits, err := c.Splits(ctx)
+	if err != nil {
+		return targetError(target, err)
+	}
+	var names []string
+	for _, s := range splits {
+		if s.Name == split {
+			return nil
+		}
+		names = append(names, s.Name)
+	}
+	return usageErrorf("--split %q is not a split of %s (valid splits: %s)", split, target, strings.Join(names, ", "))
+}
+
+func fetchTasks(ctx context.Context, c *ors.Client, opts *ListTasksOptions) ([]ors.Task, error) {
+	switch {
+	case len(opts.Indices) > 0:
+		n, err := c.NumTasks(ctx, opts.Split)
+		if err != nil {
+			return nil, err
+		}
+		var out []ors.Task
+		for _, i := range opts.Indices {
+			if i >= n {
+				return nil, usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", i, opts.Split, n, n-1)
+			}
+			t, err := c.Task(ctx, opts.Split, i)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, t)
+		}
+		return out, nil
+	case opts.NumTasks > 0:
+		return c.TaskRange(ctx, opts.Split, 0, opts.NumTasks)
+	}
+	tasks, err := c.Tasks(ctx, opts.Split)
+	var inv *ors.InvalidRequestError
+	if errors.As(err, &inv) && strings.Contains(inv.Detail, "list_tasks is not supported") {
+		n, nerr := c.NumTasks(ctx, opts.Split)
+		if nerr != nil {
+			return nil, nerr
+		}
+		return c.TaskRange(ctx, opts.Split, 0, n)
+	}
+	return tasks, err
+}
+
+// probeTools lists shared tools, then opens one session to find the
+// task-scoped ones (in /task_tools but not in /tools).
+func probeTools(ctx context.Context, c *ors.Client, split string, index int) ([]toolRow, error) {
+	shared, err := c.Tools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.OpenSession(ctx, ors.SessionSpec{Split: split, Index: index})
+	if err != nil {
+		return nil, fmt.Errorf("probe session for task-scoped tools: %w", err)
+	}
+	all, err := s.Tools(ctx)
+	closeErr := s.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if closeErr != nil {
+		return nil, closeErr
+	}
+	isShared := map[string]bool{}
+	var rows []toolRow
+	for _, t := range shared {
+		isShared[t.Name] = true
+		rows = append(rows, toolRow{ToolSpec: t, Scope: "shared"})
+	}
+	for _, t := range all {
+		if !isShared[t.Name] {
+			rows = append(rows, toolRow{ToolSpec: t, Scope: "task"})
+		}
+	}
+	return rows, nil
+}
+
+// targetError adds the next step to errors users can act on.
+func targetError(target string, err error) error {
+	var ue *ors.UnreachableError
+	var nf *ors.NotFoundError
+	var usage *UsageError
+	switch {
+	case errors.As(err, &usage):
+		return err
+	case errors.As(err, &ue):
+		return fmt.Errorf("%w\nhint: start a server with 'ortrain env serve echo --port PORT', or use --env builtin:echo", err)
+	case errors.As(err, &nf) && (nf.What == "route" || nf.What == "environment" || nf.What == "deployment"):
+		return fmt.Errorf("environment %s not found: %w", target, err)
+	}
+	return err
+}
+
+// specKeys returns the keys of a JSON object in document order.
+func specKeys(spec json.RawMessage) []string {
+	dec := json.NewDecoder(bytes.NewReader(spec))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return keys
+		}
+	}
+	return keys
+}
+
+func cellOf(v json.RawMessage) string {
+	if len(v) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, v) == nil {
+		return buf.String()
+	}
+	return string(v)
+}
+
+func writeTasksTable(io *IOStreams, tasks []ors.Task, tools []toolRow) error {
+	var cols []string
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		for _, k := range specKeys(t.Spec) {
+			if !seen[k] {
+				seen[k] = true
+				cols = append(cols, k)
+			}
+		}
+	}
+	tp := newTablePrinter(io.Out, io.IsStdoutTTY())
+	tp.AddRow(append([]string{"INDEX"}, upper(cols)...)...)
+	for _, t := range tasks {
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal(t.Spec, &obj)
+		row := []string{strconv.Itoa(t.Index)}
+		for _, k := range cols {
+			row = append(row, cellOf(obj[k]))
+		}
+		tp.AddRow(row...)
+	}
+	if err := tp.Render(); err != nil {
+		return err
+	}
+	if tools == nil {
+		return nil
+	}
+	fmt.Fprintln(io.Out)
+	tp = newTablePrinter(io.Out, io.IsStdoutTTY())
+	tp.AddRow("TOOL", "SCOPE", "DESCRIPTION")
+	for _, t := range tools {
+		tp.AddRow(t.Name, t.Scope, t.Description)
+	}
+	return tp.Render()
+}
+
+func upper(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strings.ToUpper(v)
+	}
+	return out
+}
+
+type taskRow struct {
+	Index int             `json:"index"`
+	Task  json.RawMessage `json:"task"`
+}
+
+func taskRows(tasks []ors.Task) []taskRow {
+	rows := make([]taskRow, len(tasks))
+	for i, t := range tasks {
+		rows[i] = taskRow{Index: t.Index, Task: t.Spec}
+	}
+	return rows
+}
+
+func writeTasksJSON(w io.Writer, opts *ListTasksOptions, tasks []ors.Task, tools []toolRow) error {
+	doc := struct {
+		Env   string    `json:"env"`
+		Split string    `json:"split"`
+		Tasks []taskRow `json:"tasks"`
+		Tools []toolRow `json:"tools,omitempty"`
+	}{Env: opts.Env, Split: opts.Split, Tasks: taskRows(tasks), Tools: tools}
+	b, err := ors.MarshalJSON(doc)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func writeTasksJSONL(w io.Writer, tasks []ors.Task, tools []toolRow) error {
+	for _, r := range taskRows(tasks) {
+		b, err := ors.MarshalJSON(r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+	}
+	for _, t := range tools {
+		b, err := ors.MarshalJSON(struct {
+			Tool  ors.ToolSpec `json:"tool"`
+			Scope string       `json:"scope"`
+		}{t.ToolSpec, t.Scope})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+	}
+	return nil
+}

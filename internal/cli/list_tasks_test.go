@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestListTasksFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    ListTasksOptions
+		wantErr string
+	}{
+		{name: "defaults", args: []string{"--env", "builtin:echo"}, want: ListTasksOptions{Env: "builtin:echo", Split: "train", Format: "table"}},
+		{name: "all flags", args: []string{"--env", "A/B", "--split", "test", "--num-tasks", "3", "--tools", "--format", "jsonl"},
+			want: ListTasksOptions{Env: "A/B", Split: "test", NumTasks: 3, Tools: true, Format: "jsonl"}},
+		{name: "indices", args: []string{"--env", "x", "--indices", "0,5,7"}, want: ListTasksOptions{Env: "x", Split: "train", Indices: []int{0, 5, 7}, Format: "table"}},
+		{name: "no env", args: nil, wantErr: "--env is required"},
+		{name: "both selectors", args: []string{"--env", "x", "--num-tasks", "2", "--indices", "1"}, wantErr: "specify only one of --num-tasks and --indices"},
+		{name: "zero num-tasks", args: []string{"--env", "x", "--num-tasks", "0"}, wantErr: "--num-tasks 0 must be at least 1"},
+		{name: "negative index", args: []string{"--env", "x", "--indices", "-1"}, wantErr: "-1 is negative"},
+		{name: "bad format", args: []string{"--env", "x", "--format", "yaml"}, wantErr: `--format "yaml" is not a format (allowed: table, json, jsonl)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := SystemDeps()
+			deps.IO, _, _ = TestIO()
+			var got *ListTasksOptions
+			cmd := newListTasksCmd(deps, func(_ context.Context, o *ListTasksOptions) error { got = o; return nil })
+			cmd.SetArgs(tt.args)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			err := cmd.Execute()
+			if tt.wantErr != "" {
+				var usage *UsageError
+				require.ErrorAs(t, err, &usage)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, ListTasksOptions{Env: got.Env, Split: got.Split, NumTasks: got.NumTasks, Indices: got.Indices, Tools: got.Tools, Format: got.Format})
+		})
+	}
+}
+
+func TestListTasksOutputs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"tsv", []string{"--env", "builtin:letters", "--split", "mixed", "--num-tasks", "3"},
+			"INDEX\tID\tTARGET\n0\tletters-mixed-0\ta\n1\tletters-mixed-1\tb\n2\tletters-mixed-2\tc\n"},
+		{"indices", []string{"--env", "builtin:echo", "--indices", "0,2"},
+			"INDEX\tID\tTARGET\n0\techo-0\thello\n2\techo-2\ttrl\n"},
+		{"jsonl", []string{"--env", "builtin:echo", "--indices", "3", "--format", "jsonl", "--tools"},
+			`{"index":3,"task":{"id":"echo-3","target":"openreward"}}
+{"tool":{"name":"echo","description":"Echo the given text back. Echoing the task's target wins.","input_schema":{"properties":{"text":{"title":"Text","type":"string"}},"required":["text"],"title":"EchoParams","type":"object"}},"scope":"shared"}
+{"tool":{"name":"hint","description":"Get a hint about how to win.","input_schema":{"properties":{},"title":"HintParams","type":"object"}},"scope":"task"}
+`},
+		{"json", []string{"--env", "builtin:echo", "--num-tasks", "1", "--format", "json"},
+			`{"env":"builtin:echo","split":"train","tasks":[{"index":0,"task":{"id":"echo-0","target":"hello"}}]}` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := execCLI(t, nil, append([]string{"list-tasks"}, tt.args...)...)
+			require.Equal(t, ExitOK, code, errOut)
+			assert.Equal(t, tt.want, out)
+		})
+	}
+}
+
+func TestListTasksTTYTable(t *testing.T) {
+	deps := SystemDeps()
+	io, out, errOut := TestIO()
+	io.SetTTY(true, false)
+	deps.IO = io
+	code := Execute(context.Background(), deps, []string{"list-tasks", "--env", "builtin:echo", "--tools"})
+	require.Equal(t, ExitOK, code, errOut.String())
+	assert.Equal(t, `INDEX  ID      TARGET
+0      echo-0  hello
+1      echo-1  world
+2      echo-2  trl
+3      echo-3  openreward
+
+TOOL  SCOPE   DESCRIPTION
+echo  shared  Echo the given text back. Echoing the task's target wins.
+hint  task    Get a hint about how to win.
+`, out.String())
+}
+
+func TestListTasksErrors(t *testing.T) {
+	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"detail":"Invalid API key"}`))
+	}))
+	t.Cleanup(unauthorized.Close)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		code     int
+		contains []string
+	}{
+		{"unreachable", []string{"--env", deadURL}, nil, ExitError,
+			[]string{"cannot reach ORS server at " + deadURL, "ortrain env serve echo"}},
+		{"bad split", []string{"--env", "builtin:letters", "--split", "nope"}, nil, ExitUsage,
+			[]string{`--split "nope" is not a split of builtin:letters (valid splits: train, validation, mixed)`}},
+		{"index out of range", []string{"--env", "builtin:echo", "--indices", "1,9"}, nil, ExitUsage,
+			[]string{`--indices: 9 is out of range: split "train" has 4 tasks (0-3)`}},
+		{"unknown builtin", []string{"--env", "builtin:nope"}, nil, ExitUsage,
+			[]string{"available: echo, letters"}},
+		{"bad API key", []string{"--env", unauthorized.URL}, nil, ExitError,
+			[]string{"authentication failed", "Invalid API key", "hint: set OPENREWARD_API_KEY"}},
+		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitError,
+			[]string{"set OPENREWARD_API_KEY"}},
+		{"catalog host from env", []string{"--env", "Owner/Env"}, map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": unauthorized.URL}, ExitError,
+			[]string{"authentication failed at " + unauthorized.URL}},
+		{"unknown env path", []string{"--env", "URL/nosuchenv"}, nil, ExitError,
+			[]string{"environment", "not found"}},
+		{"bad target", []string{"--env", "a/b/c"}, nil, ExitUsage,
+			[]string{"neither a URL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if strings.HasPrefix(args[1], "URL/") {
+				url := serveInBackground(t, "echo", "--port", "0")
+				args = []string{"--env", url + strings.TrimPrefix(args[1], "URL")}
+			}
+			code, out, errOut := execCLI(t, tt.env, append([]string{"list-tasks"}, args...)...)
+			assert.Equal(t, tt.code, code, errOut)
+			assert.Empty(t, out)
+			for _, c := range tt.contains {
+				assert.Contains(t, errOut, c)
+			}
+		})
+	}
+}
+
+func TestSpecKeysKeepOrder(t *testing.T) {
+	assert.Equal(t, []string{"z", "a", "m"}, specKeys(json.RawMessage(`{"z":1,"a":{"x":[1,2]},"m":null}`)))
+	assert.Nil(t, specKeys(json.RawMessage(`[1]`)))
+	assert.Equal(t, "x", cellOf(json.RawMessage(`"x"`)))
+	assert.Equal(t, `{"a":1}`, cellOf(json.RawMessage(`{ "a": 1 }`)))
+}
