@@ -36,7 +36,7 @@ func getAttr(obj Value, name string) (Value, error) {
 
 // getItem is jinja2's environment.getitem: obj[key], then the attribute.
 func getItem(obj Value, key Value) (Value, error) {
-	switch x := obj.(type) {
+	switch x := asList(obj).(type) {
 	case Undefined:
 		return nil, fmt.Errorf("'%s' is undefined (reading item %s)", x.Name, repr(key))
 	case *Dict:
@@ -113,7 +113,7 @@ func dictMethod(d *Dict, name string) Value {
 func dictItems(d *Dict) []Value {
 	out := make([]Value, len(d.keys))
 	for i, k := range d.keys {
-		out[i] = []Value{k, d.m[k]}
+		out[i] = Tuple{k, d.m[k]}
 	}
 	return out
 }
@@ -155,7 +155,7 @@ func stringMethod(s string, name string) Value {
 				return nil, fmt.Errorf("%s takes at least 1 argument", name)
 			}
 			cands := []Value{args[0]}
-			if l, ok := args[0].([]Value); ok {
+			if l, ok := asList(args[0]).([]Value); ok {
 				cands = l
 			}
 			for _, c := range cands {
@@ -207,6 +207,10 @@ func stringMethod(s string, name string) Value {
 				return nil, fmt.Errorf("count takes 1 argument")
 			}
 			return int64(strings.Count(s, toStr(args[0]))), nil
+		})
+	case "format":
+		return builtinFunc(func(args []Value, kwargs map[string]Value) (Value, error) {
+			return strFormat(s, args, kwargs)
 		})
 	case "join":
 		return str(func(args []Value) (Value, error) {

@@ -219,7 +219,7 @@ func bindTargets(s *scope, targets []string, item Value) error {
 		s.vars[targets[0]] = item
 		return nil
 	}
-	parts, ok := item.([]Value)
+	parts, ok := asList(item).([]Value)
 	if !ok || len(parts) != len(targets) {
 		return fmt.Errorf("cannot unpack %s into %d loop variables", typeName(item), len(targets))
 	}
@@ -262,7 +262,7 @@ func loopObject(items []Value, i int) *Dict {
 // iterate lists what a for loop visits: list items, dict keys, string
 // characters; Undefined is empty.
 func iterate(v Value) ([]Value, error) {
-	switch x := v.(type) {
+	switch x := asList(v).(type) {
 	case []Value:
 		return x, nil
 	case *Dict:
@@ -300,6 +300,9 @@ func (r *renderer) eval(e expr, sc *scope) (Value, error) {
 				return nil, err
 			}
 			out[i] = v
+		}
+		if e.tuple {
+			return Tuple(out), nil
 		}
 		return out, nil
 	case dictExpr:
@@ -351,6 +354,9 @@ func (r *renderer) eval(e expr, sc *scope) (Value, error) {
 		}
 		if e.op == "not" {
 			return !truthy(v), nil
+		}
+		if f, ok := v.(float64); ok {
+			return -f, nil // keeps the sign of zero, as Python does
 		}
 		return arith("-", int64(0), v)
 	case binaryExpr:
@@ -445,7 +451,7 @@ func compareOp(op string, l, r Value) (bool, error) {
 
 // contains is Python's "needle in container".
 func contains(container, needle Value) (bool, error) {
-	switch c := container.(type) {
+	switch c := asList(container).(type) {
 	case string:
 		s, ok := needle.(string)
 		if !ok {
@@ -480,22 +486,30 @@ func arith(op string, l, r Value) (Value, error) {
 	if _, ok := r.(Undefined); ok {
 		return nil, fmt.Errorf("'%s' is undefined", r.(Undefined).Name)
 	}
+	if s, ok := l.(string); ok && op == "%" {
+		return percentFormat(s, r)
+	}
 	if op == "+" {
-		switch x := l.(type) {
+		switch x := asList(l).(type) {
 		case string:
 			if y, ok := r.(string); ok {
 				return x + y, nil
 			}
 		case []Value:
-			if y, ok := r.([]Value); ok {
+			if y, ok := asList(r).([]Value); ok {
 				return append(append([]Value{}, x...), y...), nil
 			}
 		}
 	}
 	if op == "*" {
-		if s, ok := l.(string); ok {
-			if n, ok := toInt(r); ok {
-				return strings.Repeat(s, int(max(n, 0))), nil
+		s, n, ok := l, r, false
+		if _, isStr := s.(string); !isStr {
+			s, n = r, l
+		}
+		if str, isStr := s.(string); isStr {
+			var count int64
+			if count, ok = toInt(n); ok {
+				return strings.Repeat(str, int(max(count, 0))), nil
 			}
 		}
 	}
@@ -585,7 +599,7 @@ func (r *renderer) evalSlice(e sliceExpr, sc *scope) (Value, error) {
 		}
 		bounds[i] = &n
 	}
-	switch x := obj.(type) {
+	switch x := asList(obj).(type) {
 	case []Value:
 		idx, err := sliceIndices(len(x), bounds)
 		if err != nil {

@@ -95,7 +95,7 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 	case "upper":
 		return strings.ToUpper(toStr(v)), nil
 	case "title":
-		return pyTitle(toStr(v)), nil
+		return jinjaTitle(toStr(v)), nil
 	case "capitalize":
 		return pyCapitalize(toStr(v)), nil
 	case "replace":
@@ -129,6 +129,12 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 		return selectFilter(name, v, args)
 	case "map":
 		return mapFilter(v, args, kwargs)
+	case "sort", "dictsort", "reverse", "sum", "min", "max":
+		return listFilter(name, v, args, kwargs)
+	case "round":
+		return roundFilter(v, args, kwargs)
+	case "indent":
+		return indentFilter(v, args, kwargs)
 	case "unique":
 		items, err := iterate(v)
 		if err != nil {
@@ -159,7 +165,7 @@ func toIntFilter(v Value) Value {
 }
 
 func length(v Value) (Value, error) {
-	switch x := v.(type) {
+	switch x := asList(v).(type) {
 	case string:
 		return int64(len([]rune(x))), nil
 	case []Value:
@@ -305,13 +311,13 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 		return ok, nil
 	case "iterable":
 		switch v.(type) {
-		case string, []Value, *Dict, Undefined:
+		case string, []Value, Tuple, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
 	case "sequence":
 		switch v.(type) {
-		case string, []Value, *Dict:
+		case string, []Value, Tuple, *Dict:
 			return true, nil
 		}
 		return false, nil
@@ -383,4 +389,26 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 		return c <= 0, nil
 	}
 	return false, fmt.Errorf("no test named %q", name)
+}
+
+// jinjaTitle is Jinja's title filter (not str.title): each word, split at
+// runs of "-", whitespace, "(", "{", "[" or "<", gets an upper-case first
+// character and lower-case rest.
+func jinjaTitle(s string) string {
+	isSep := func(r rune) bool { return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || pyIsSpace(r) }
+	var b strings.Builder
+	atStart := true
+	for _, r := range s {
+		switch {
+		case isSep(r):
+			b.WriteRune(r)
+			atStart = true
+		case atStart:
+			b.WriteString(strings.ToUpper(string(r)))
+			atStart = false
+		default:
+			b.WriteString(strings.ToLower(string(r)))
+		}
+	}
+	return b.String()
 }

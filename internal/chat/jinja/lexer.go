@@ -7,6 +7,8 @@ package jinja
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -55,64 +57,108 @@ func normalizeNewlines(src string) string {
 // removes the newline after a block or comment tag, and lstrip_blocks
 // removes spaces and tabs between a line start and a block or comment tag.
 func lex(src string) ([]segment, error) {
-	src = normalizeNewlines(src)
-	var segs []segment
-	lineStarting := true
-	pos, line := 0, 1
-	for pos < len(src) {
-		start := indexTagStart(src, pos)
+	lx := &lexer{src: normalizeNewlines(src), line: 1, lineStarting: true}
+	for lx.pos < len(lx.src) {
+		start := indexTagStart(lx.src, lx.pos)
 		if start < 0 {
-			segs = append(segs, segment{kind: segText, text: src[pos:], line: line})
+			lx.emitText(lx.src[lx.pos:])
 			break
 		}
-		text := src[pos:start]
-		open := src[start : start+2]
+		open := lx.src[start : start+2]
 		sign := byte(0)
-		if start+2 < len(src) && (src[start+2] == '-' || src[start+2] == '+') {
-			sign = src[start+2]
+		if start+2 < len(lx.src) && (lx.src[start+2] == '-' || lx.src[start+2] == '+') {
+			sign = lx.src[start+2]
 		}
-		switch {
-		case sign == '-':
-			text = strings.TrimRightFunc(text, unicode.IsSpace)
-		case sign != '+' && open != "{{":
-			lpos := strings.LastIndexByte(text, '\n') + 1
-			if (lpos > 0 || lineStarting) && strings.Trim(text[lpos:], " \t") == "" {
-				text = text[:lpos]
-			}
-		}
-		if text != "" {
-			segs = append(segs, segment{kind: segText, text: text, line: line})
-		}
-		line += strings.Count(src[pos:start], "\n")
+		lx.emitText(lx.stripBefore(lx.src[lx.pos:start], sign, open != "{{"))
+		lx.line += strings.Count(lx.src[lx.pos:start], "\n")
 		bodyStart := start + 2
 		if sign != 0 {
 			bodyStart++
 		}
-		end, bodyEnd, stripAfter, err := findTagEnd(src, bodyStart, open)
+		end, bodyEnd, stripAfter, err := findTagEnd(lx.src, bodyStart, open)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return nil, fmt.Errorf("line %d: %w", lx.line, err)
 		}
-		body := src[bodyStart:bodyEnd]
-		line += strings.Count(src[start:end], "\n")
-		switch open {
-		case "{{":
-			segs = append(segs, segment{kind: segVar, text: body, line: line})
-		case "{%":
-			segs = append(segs, segment{kind: segBlock, text: body, line: line})
-		}
-		pos = end
+		body := lx.src[bodyStart:bodyEnd]
+		lx.line += strings.Count(lx.src[start:end], "\n")
+		lx.pos = end
 		switch {
-		case stripAfter:
-			rest := strings.TrimLeftFunc(src[pos:], unicode.IsSpace)
-			line += strings.Count(src[pos:len(src)-len(rest)], "\n")
-			pos = len(src) - len(rest)
-		case open != "{{" && pos < len(src) && src[pos] == '\n':
-			pos++ // trim_blocks
-			line++
+		case open == "{{":
+			lx.segs = append(lx.segs, segment{kind: segVar, text: body, line: lx.line})
+		case open == "{%" && strings.TrimSpace(body) == "raw":
+			lx.afterTag(stripAfter, true)
+			if err := lx.rawBlock(); err != nil {
+				return nil, err
+			}
+			continue
+		case open == "{%":
+			lx.segs = append(lx.segs, segment{kind: segBlock, text: body, line: lx.line})
 		}
-		lineStarting = pos > 0 && src[pos-1] == '\n'
+		lx.afterTag(stripAfter, open != "{{")
 	}
-	return segs, nil
+	return lx.segs, nil
+}
+
+type lexer struct {
+	src          string
+	pos, line    int
+	lineStarting bool // the last tag ended at a line start (jinja2's line_starting)
+	segs         []segment
+}
+
+func (lx *lexer) emitText(text string) {
+	if text != "" {
+		lx.segs = append(lx.segs, segment{kind: segText, text: text, line: lx.line})
+	}
+}
+
+// stripBefore applies a tag's left-side whitespace control to the text
+// before it.
+func (lx *lexer) stripBefore(text string, sign byte, isBlock bool) string {
+	switch {
+	case sign == '-':
+		return strings.TrimRightFunc(text, unicode.IsSpace)
+	case sign != '+' && isBlock:
+		lpos := strings.LastIndexByte(text, '\n') + 1
+		if (lpos > 0 || lx.lineStarting) && strings.Trim(text[lpos:], " \t") == "" {
+			return text[:lpos]
+		}
+	}
+	return text
+}
+
+// afterTag applies a tag's right-side whitespace control.
+func (lx *lexer) afterTag(stripAfter, isBlock bool) {
+	switch {
+	case stripAfter:
+		rest := strings.TrimLeftFunc(lx.src[lx.pos:], unicode.IsSpace)
+		lx.line += strings.Count(lx.src[lx.pos:len(lx.src)-len(rest)], "\n")
+		lx.pos = len(lx.src) - len(rest)
+	case isBlock && lx.pos < len(lx.src) && lx.src[lx.pos] == '\n':
+		lx.pos++ // trim_blocks
+		lx.line++
+	}
+	lx.lineStarting = lx.pos > 0 && lx.src[lx.pos-1] == '\n'
+}
+
+// rawBlock emits everything up to {% endraw %} as text.
+func (lx *lexer) rawBlock() error {
+	endRaw := regexp.MustCompile(`\{%([-+]?)\s*endraw\s*([-+]?)%\}`)
+	loc := endRaw.FindStringSubmatchIndex(lx.src[lx.pos:])
+	if loc == nil {
+		return fmt.Errorf("line %d: missing {%% endraw %%}", lx.line)
+	}
+	var sign byte
+	if loc[3] > loc[2] {
+		sign = lx.src[lx.pos+loc[2]]
+	}
+	text := lx.src[lx.pos : lx.pos+loc[0]]
+	lx.emitText(lx.stripBefore(text, sign, true))
+	lx.line += strings.Count(lx.src[lx.pos:lx.pos+loc[1]], "\n")
+	stripAfter := loc[5] > loc[4] && lx.src[lx.pos+loc[4]] == '-'
+	lx.pos += loc[1]
+	lx.afterTag(stripAfter, true)
+	return nil
 }
 
 func indexTagStart(src string, from int) int {
@@ -209,9 +255,13 @@ func tokenize(s string) ([]token, error) {
 			if j+1 < len(s) && s[j] == '.' && s[j+1] >= '0' && s[j+1] <= '9' {
 				kind = tokFloat
 				j++
-				for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				for j < len(s) && (s[j] >= '0' && s[j] <= '9' || s[j] == '_') {
 					j++
 				}
+			}
+			if n := exponentLen(s[j:]); n > 0 {
+				kind = tokFloat
+				j += n
 			}
 			toks = append(toks, token{kind: kind, text: strings.ReplaceAll(s[i:j], "_", "")})
 			i = j
@@ -270,8 +320,22 @@ func readString(s string) (string, int, error) {
 			b.WriteByte('\r')
 		case '\\', '\'', '"':
 			b.WriteByte(e)
-		case '0':
-			b.WriteByte(0)
+		case 'a':
+			b.WriteByte('\a')
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'v':
+			b.WriteByte('\v')
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			j := i
+			for j < len(s) && j < i+3 && s[j] >= '0' && s[j] <= '7' {
+				j++
+			}
+			v, _ := strconv.ParseUint(s[i:j], 8, 32)
+			b.WriteRune(rune(v))
+			i = j - 1
 		case 'x', 'u', 'U':
 			n := map[byte]int{'x': 2, 'u': 4, 'U': 8}[e]
 			if i+n >= len(s) {
@@ -290,4 +354,23 @@ func readString(s string) (string, int, error) {
 		}
 	}
 	return "", 0, fmt.Errorf("unterminated string literal")
+}
+
+// exponentLen is the length of a float exponent ("e-05") at the start of s.
+func exponentLen(s string) int {
+	if len(s) < 2 || s[0] != 'e' && s[0] != 'E' {
+		return 0
+	}
+	i := 1
+	if s[i] == '+' || s[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return 0
+	}
+	return i
 }

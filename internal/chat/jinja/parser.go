@@ -48,7 +48,10 @@ type (
 
 	literal  struct{ v Value }
 	nameExpr struct{ name string }
-	listExpr struct{ items []expr }
+	listExpr struct {
+		items []expr
+		tuple bool
+	}
 	dictExpr struct{ keys, vals []expr }
 	attrExpr struct {
 		obj  expr
@@ -532,22 +535,29 @@ func (ts *tokenStream) parseBinaryLevel(ops []string, names bool, sub func(*toke
 	}
 }
 
+// parseUnary parses a unary operand; like jinja2, filters and tests after
+// a negation apply to the negated value (-5|abs is 5).
 func (ts *tokenStream) parseUnary() (expr, error) {
+	x, err := ts.parseUnaryOperand()
+	if err != nil {
+		return nil, err
+	}
+	return ts.parseFilterAndTest(x)
+}
+
+func (ts *tokenStream) parseUnaryOperand() (expr, error) {
 	if ts.acceptOp("-") {
-		x, err := ts.parseUnary()
+		x, err := ts.parseUnaryOperand()
 		return unaryExpr{op: "-", x: x}, err
 	}
 	if ts.acceptOp("+") {
-		return ts.parseUnary()
+		return ts.parseUnaryOperand()
 	}
 	x, err := ts.parsePrimary()
 	if err != nil {
 		return nil, err
 	}
-	if x, err = ts.parsePostfix(x); err != nil {
-		return nil, err
-	}
-	return ts.parseFilterAndTest(x)
+	return ts.parsePostfix(x)
 }
 
 func (ts *tokenStream) parsePrimary() (expr, error) {
@@ -579,7 +589,7 @@ func (ts *tokenStream) parsePrimary() (expr, error) {
 	switch t.text {
 	case "(":
 		if ts.acceptOp(")") {
-			return listExpr{}, nil
+			return listExpr{tuple: true}, nil
 		}
 		x, err := ts.parseExpr()
 		if err != nil {
@@ -594,7 +604,7 @@ func (ts *tokenStream) parsePrimary() (expr, error) {
 				}
 				items = append(items, item)
 			}
-			x = listExpr{items: items}
+			x = listExpr{items: items, tuple: true}
 		}
 		return x, ts.expectOp(")")
 	case "[":

@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,39 @@ func TestRenderLlamaCppCases(t *testing.T) {
 			}, RenderOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, str(c, "expected_output"), got)
+		})
+	}
+}
+
+// TestSemantics renders the feature-by-feature snippets of semantics.json
+// (rendered by jinja2 in transformers' environment) and compares.
+func TestSemantics(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(templateTestdata, "semantics", "semantics.json"))
+	require.NoError(t, err)
+	fixture, err := FromJSON(data)
+	require.NoError(t, err)
+	varsV, _ := fixture.(*Dict).Get("vars")
+	vars := map[string]Value{}
+	for _, k := range varsV.(*Dict).Keys() {
+		vars[k], _ = varsV.(*Dict).Get(k)
+	}
+	casesV, _ := fixture.(*Dict).Get("cases")
+	require.NotEmpty(t, casesV)
+	for i, cv := range casesV.([]Value) {
+		c := cv.(*Dict)
+		src := str(c, "template")
+		t.Run(fmt.Sprintf("%02d", i), func(t *testing.T) {
+			tmpl, err := Parse(src)
+			require.NoError(t, err, "template %q", src)
+			got, err := tmpl.Render(vars, RenderOptions{Now: fixedClock})
+			if want, isErr := c.Get("expected_error"); isErr {
+				require.Error(t, err, "template %q", src)
+				assert.Equal(t, want, err.Error())
+				return
+			}
+			require.NoError(t, err, "template %q", src)
+			want, _ := c.Get("expected")
+			assert.Equal(t, want, got, "template %q", src)
 		})
 	}
 }

@@ -17,6 +17,17 @@ import (
 // *Dict, *Namespace, Undefined, and callables (*macro, builtinFunc).
 type Value = any
 
+// Tuple is a Python tuple: like a list, but printed with parentheses.
+type Tuple []Value
+
+// asList views tuples as lists for the operations that treat them alike.
+func asList(v Value) Value {
+	if t, ok := v.(Tuple); ok {
+		return []Value(t)
+	}
+	return v
+}
+
 // Undefined is a missing variable, attribute or item. It prints as "",
 // is falsy and iterates as empty, like jinja2's default Undefined.
 type Undefined struct{ Name string }
@@ -113,7 +124,7 @@ func decodeJSONValue(dec *json.Decoder) (Value, error) {
 
 // truthy is Python's bool().
 func truthy(v Value) bool {
-	switch x := v.(type) {
+	switch x := asList(v).(type) {
 	case nil, Undefined:
 		return false
 	case bool:
@@ -176,6 +187,9 @@ func equal(a, b Value) bool {
 	case string:
 		y, ok := b.(string)
 		return ok && x == y
+	case Tuple:
+		y, ok := b.(Tuple)
+		return ok && equal([]Value(x), []Value(y))
 	case []Value:
 		y, ok := b.([]Value)
 		if !ok || len(x) != len(y) {
@@ -238,6 +252,8 @@ func typeName(v Value) string {
 		return "str"
 	case []Value:
 		return "list"
+	case Tuple:
+		return "tuple"
 	case *Dict:
 		return "dict"
 	case Undefined:
@@ -283,6 +299,12 @@ func repr(v Value) string {
 			parts[i] = repr(e)
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
+	case Tuple:
+		if len(x) == 1 {
+			return "(" + repr(x[0]) + ",)"
+		}
+		s := repr([]Value(x))
+		return "(" + s[1:len(s)-1] + ")"
 	case *Dict:
 		parts := make([]string, len(x.keys))
 		for i, k := range x.keys {
@@ -390,7 +412,7 @@ func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int
 	if indent >= 0 {
 		itemSep = ","
 	}
-	switch x := v.(type) {
+	switch x := asList(v).(type) {
 	case nil:
 		b.WriteString("null")
 	case bool:
