@@ -32,7 +32,7 @@ type Options struct {
 	UserAgent  string
 
 	PingInterval time.Duration // default 10 s
-	PingTimeout  time.Duration // per ping attempt, default 30 s
+	PingTimeout  time.Duration // one ping, retries included, default 30 s
 	ReadTimeout  time.Duration // longest SSE silence, default 30 s
 
 	RequestAttempts int // plain JSON requests, default 3 (waits 1 s, 2 s)
@@ -107,13 +107,15 @@ func NewClient(target string, opts Options) (*Client, error) {
 }
 
 // NewTransport returns an http.Transport tuned for many concurrent sessions
-// against few hosts: unlimited idle connections per host, kept 90 s.
+// against few hosts: unlimited idle connections per host, dropped after 50 s
+// idle — before the 60 s keep-alive of the reference and kit servers, so a
+// pooled connection is rarely closed under a request.
 func NewTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = 8192
 	tr.MaxConnsPerHost = 0
-	tr.IdleConnTimeout = 90 * time.Second
+	tr.IdleConnTimeout = 50 * time.Second
 	return tr
 }
 

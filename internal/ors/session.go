@@ -141,7 +141,7 @@ func (s *Session) pingLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.life, s.c.opts.PingTimeout*time.Duration(s.c.opts.RequestAttempts))
+		ctx, cancel := context.WithTimeout(s.life, s.c.opts.PingTimeout)
 		err := s.c.do(ctx, request{method: http.MethodPost, path: "/ping", sid: s.sid}, nil)
 		cancel()
 		if err != nil && s.life.Err() == nil {
@@ -283,6 +283,8 @@ func (s *Session) CallTool(ctx context.Context, name string, input json.RawMessa
 
 // Close stops pinging and deletes the session (/delete, then
 // /delete_session). It is idempotent; later calls return the first result.
+// Pass a live context (not one already cancelled by a shutdown): the
+// deletes are requests too.
 func (s *Session) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.end(&SessionTerminatedError{SID: s.sid, Reason: "closed"})
