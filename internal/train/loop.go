@@ -1,0 +1,347 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// Shape letters used below: K unique prompts per round, G completions per
+// prompt, B rows per micro-batch, S micro-batches per round, GA micro-steps
+// per optimizer step, mu passes over each round.
+
+// Policy is the trainer's view of the worker: log-probs, gradient
+// accumulation, optimizer steps, checkpoints. Tests use pure-Go fakes.
+type Policy interface {
+	Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error)
+	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error)
+	OptimizerStep(ctx context.Context, lr float64) (gradNorm float64, err error)
+	// SaveCheckpoint writes weights and optimizer state into dir.
+	SaveCheckpoint(ctx context.Context, dir string) error
+}
+
+// LossStats are the sums and counts of one micro-batch, so reductions over
+// micro-batches are exact.
+type LossStats struct {
+	Loss           float64
+	Tokens         float64 // active (loss-mask) tokens
+	ClipLow        float64 // token counts (sequence level: rows)
+	ClipHigh       float64
+	ClipRegion     float64
+	ClipDenom      float64
+	KLSum          float64
+	EntropySum     float64
+	ClipLowMin     float64 // min over rows of the per-row low-clip fraction
+	ClipHighMax    float64
+	RowsWithTokens int
+}
+
+// Rollouts runs episodes (rollout.Runner).
+type Rollouts interface {
+	RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory
+}
+
+// WeightSyncer makes generation use the newest weights (engine.Generator).
+type WeightSyncer interface {
+	SyncWeights(ctx context.Context, step int) error
+}
+
+// LoopConfig is what the loop needs beyond its collaborators.
+type LoopConfig struct {
+	Shape           Shape
+	Loss            grpo.LossConfig
+	Scale           grpo.ScaleRewards
+	Aggregation     grpo.RewardAggregation
+	MaskTruncated   bool
+	UseSamplerLogps bool // pass sampler log-probs for IS correction (vLLM)
+	MaxSteps        int
+	Schedule        func(step int) float64
+	SaveSteps       int
+	LoggingSteps    int
+	MaxFailureFrac  float64
+	TrainTimeout    time.Duration
+	Seed            int64
+	EnvNames        []string
+	Splits          []string
+	Secrets         []map[string]string
+}
+
+// Shape is the batch relations of grpo-reference.md §1.1 for P = 1.
+type Shape struct {
+	K, G, B, S, GA, Iterations int
+}
+
+// needOldLogprobs: the ratio differs from 1 only when a micro-step runs
+// after the weights changed within the round, or when the sampler is
+// another engine whose log-probs are corrected (grpo-reference.md §1.3).
+func (s Shape) needOldLogprobs(useSampler bool) bool {
+	return s.GA%(s.S*s.Iterations) != 0 || useSampler
+}
+
+// Loop is the training loop: it owns the step counter and wires sampler,
+// rollouts, grpo, the policy and the generator together.
+type Loop struct {
+	cfg      LoopConfig
+	sampler  *TaskSampler
+	rollouts Rollouts
+	policy   Policy
+	gen      WeightSyncer
+	log      zerolog.Logger
+	rng      *rand.Rand
+
+	step      int // optimizer steps taken
+	microStep int // micro-steps taken
+	round     []grpo.MicroBatch
+	numTokens int // cumulative prompt + sampled tokens (TRL num_tokens)
+
+	// Hooks for the CLI: metrics sink, trajectory sink, progress.
+	OnMetrics     func(StepMetrics)
+	OnTrajectory  func(step int, t *rollout.Trajectory, reward, advantage float64)
+	OnRolloutDone func(*rollout.Trajectory)
+	Checkpoint    func(ctx context.Context, step int) error
+}
+
+// NewLoop wires the loop.
+func NewLoop(cfg LoopConfig, sampler *TaskSampler, r Rollouts, p Policy, g WeightSyncer, log zerolog.Logger) *Loop {
+	return &Loop{
+		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
+		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+	}
+}
+
+// Step returns the number of optimizer steps taken.
+func (l *Loop) Step() int { return l.step }
+
+// State is what a checkpoint needs to resume the loop exactly.
+type State struct {
+	Step      int          `json:"step"`
+	MicroStep int          `json:"micro_step"`
+	NumTokens int          `json:"num_tokens"`
+	Sampler   SamplerState `json:"sampler"`
+}
+
+// State returns the loop's resumable state. A checkpoint is taken at an
+// optimizer-step boundary; a partly consumed round is regenerated on resume.
+func (l *Loop) State() State {
+	return State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
+}
+
+// Restore resumes from a checkpoint's state.
+func (l *Loop) Restore(st State) error {
+	if err := l.sampler.Restore(st.Sampler); err != nil {
+		return err
+	}
+	l.step, l.microStep, l.numTokens = st.Step, st.MicroStep, st.NumTokens
+	l.round = nil
+	l.rng = rand.New(rand.NewPCG(uint64(l.cfg.Seed), uint64(st.Step)+0x5eed))
+	return nil
+}
+
+// ErrTooManyFailures stops a run whose rollouts fail for infrastructure reasons.
+var ErrTooManyFailures = errors.New("too many failed rollouts")
+
+// Run trains until MaxSteps or ctx is cancelled. On cancellation it returns
+// ctx's error after the last completed step; the caller checkpoints.
+func (l *Loop) Run(ctx context.Context) error {
+	for l.step < l.cfg.MaxSteps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := l.TrainStep(ctx)
+		if err != nil {
+			return err
+		}
+		if l.OnMetrics != nil && (l.step%l.cfg.LoggingSteps == 0 || l.step == l.cfg.MaxSteps) {
+			l.OnMetrics(m)
+		}
+		if l.Checkpoint != nil && l.cfg.SaveSteps > 0 && l.step%l.cfg.SaveSteps == 0 && l.step < l.cfg.MaxSteps {
+			if err := l.Checkpoint(ctx, l.step); err != nil {
+				return fmt.Errorf("checkpoint at step %d: %w", l.step, err)
+			}
+		}
+	}
+	return nil
+}
+
+// TrainStep is one optimizer step: GA micro-steps, each on the next
+// micro-batch of the current round (a new round is generated when the
+// previous one has been consumed mu times), then the optimizer and a weight sync.
+func (l *Loop) TrainStep(ctx context.Context) (StepMetrics, error) {
+	start := time.Now()
+	m := StepMetrics{Extra: map[string]float64{}}
+	var stats []LossStats
+	for range l.cfg.Shape.GA {
+		if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
+			if err := l.generateRound(ctx, &m); err != nil {
+				return m, err
+			}
+		}
+		mb := l.round[l.microStep%l.cfg.Shape.S]
+		t0 := time.Now()
+		st, err := l.withTimeout(ctx, func(c context.Context) (LossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
+		m.TrainTime += time.Since(t0)
+		if err != nil {
+			return m, fmt.Errorf("step %d micro-step %d: forward/backward: %w", l.step+1, l.microStep, err)
+		}
+		stats = append(stats, st)
+		l.microStep++
+	}
+	lr := l.cfg.Schedule(l.step)
+	t0 := time.Now()
+	gn, err := l.policy.OptimizerStep(ctx, lr)
+	m.TrainTime += time.Since(t0)
+	if err != nil {
+		return m, fmt.Errorf("step %d: optimizer: %w", l.step+1, err)
+	}
+	l.step++
+	t0 = time.Now()
+	if err := l.gen.SyncWeights(ctx, l.step); err != nil {
+		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
+	}
+	m.SyncTime = time.Since(t0)
+	m.Step, m.LearningRate, m.GradNorm, m.NumTokens = l.step, lr, gn, l.numTokens
+	m.Epoch = l.sampler.Epoch()
+	m.reduceLoss(stats, l.cfg.Loss)
+	m.StepTime = time.Since(start)
+	return m, nil
+}
+
+func (l *Loop) withTimeout(ctx context.Context, f func(context.Context) (LossStats, error)) (LossStats, error) {
+	if l.cfg.TrainTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.TrainTimeout)
+		defer cancel()
+	}
+	return f(ctx)
+}
+
+// generateRound runs K*G rollouts, scores them, and prepares S micro-batches.
+func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
+	refs := l.sampler.Next()
+	tasks := make([]rollout.Task, len(refs))
+	for i, r := range refs {
+		tasks[i] = rollout.Task{Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env]}
+	}
+	t0 := time.Now()
+	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
+	m.RolloutTime += time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	samples, failures := l.toSamples(trajs, m)
+	if frac := float64(failures) / float64(len(trajs)); frac > l.cfg.MaxFailureFrac {
+		return fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
+			ErrTooManyFailures, failures, len(trajs), firstFailure(trajs), l.cfg.MaxFailureFrac)
+	}
+	rewards := make([]float64, len(samples))
+	for i, s := range samples {
+		rewards[i] = s.Reward
+	}
+	adv, err := grpo.GroupAdvantages(rewards, l.cfg.Shape.G, l.cfg.Scale)
+	if err != nil {
+		return err
+	}
+	rows, err := grpo.BuildRows(samples, adv, l.cfg.MaskTruncated)
+	if err != nil {
+		return err
+	}
+	if err := l.addReferenceLogprobs(ctx, rows, m); err != nil {
+		return err
+	}
+	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, l.rng)
+	if err != nil {
+		return err
+	}
+	l.round = mbs
+	rm := grpo.ComputeRoundMetrics(samples, adv)
+	l.numTokens += rm.PromptTokens + rm.SampledTokens
+	m.Round = rm
+	m.Rounds++
+	for i, t := range trajs {
+		if l.OnTrajectory != nil {
+			l.OnTrajectory(l.step+1, t, rewards[i], adv.A[i])
+		}
+	}
+	return nil
+}
+
+// addReferenceLogprobs fills old log-probs when the ratio can differ from 1,
+// and reference log-probs when beta > 0.
+func (l *Loop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m *StepMetrics) error {
+	t0 := time.Now()
+	defer func() { m.TrainTime += time.Since(t0) }()
+	if l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) {
+		old, err := l.policy.Logprobs(ctx, rows, l.cfg.Loss.Temperature, false)
+		if err != nil {
+			return fmt.Errorf("old log-probs: %w", err)
+		}
+		for i := range rows {
+			rows[i].OldLogprobs = old[i]
+		}
+	}
+	if l.cfg.Loss.Beta > 0 {
+		ref, err := l.policy.Logprobs(ctx, rows, l.cfg.Loss.Temperature, true)
+		if err != nil {
+			return fmt.Errorf("reference log-probs: %w", err)
+		}
+		for i := range rows {
+			rows[i].RefLogprobs = ref[i]
+		}
+	}
+	if !l.cfg.UseSamplerLogps {
+		for i := range rows {
+			rows[i].SamplerLogprobs = nil
+		}
+	}
+	return nil
+}
+
+// toSamples turns trajectories into grpo samples: rewards aggregated per
+// rollout, failed rollouts unscorable (NaN).
+func (l *Loop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grpo.Sample, int) {
+	samples := make([]grpo.Sample, len(trajs))
+	failures := 0
+	m.Outcomes = map[string]int{}
+	for i, t := range trajs {
+		m.Outcomes[string(t.Outcome)]++
+		m.EnvTime += t.EnvTime
+		m.GenTime += t.GenTime
+		m.FormatErrors += t.FormatErrors
+		s := grpo.Sample{
+			ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
+			Truncated: t.Outcome == rollout.OutcomeTruncated,
+			Env:       l.cfg.EnvNames[t.Task.Env],
+			Reward:    l.cfg.Aggregation.Aggregate(t.Rewards),
+		}
+		if t.Outcome.Failed() || len(t.Tokens) == 0 {
+			failures++
+			s.Reward = math.NaN()
+			s.PromptIDs = []int32{0}
+			s.CompletionIDs, s.ToolMask = []int32{0}, []uint8{0}
+		} else {
+			s.PromptIDs = t.Tokens[:t.PromptLen]
+			s.CompletionIDs = t.Tokens[t.PromptLen:]
+			s.ToolMask = t.LossMask
+			s.SamplerLogprobs = t.Logprobs
+		}
+		samples[i] = s
+	}
+	return samples, failures
+}
+
+func firstFailure(trajs []*rollout.Trajectory) string {
+	for _, t := range trajs {
+		if t.Outcome.Failed() && t.Err != nil {
+			return fmt.Sprintf("first: %s: %v", t.Outcome, t.Err)
+		}
+	}
+	return "no error recorded"
+}

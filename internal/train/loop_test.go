@@ -1,0 +1,189 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// roundRollouts is a pure-Go stand-in for rollout.Runner: every trajectory's
+// first prompt token encodes (round, position) so tests can see which
+// rollouts fed which micro-batch. Rewards alternate so groups have variance.
+type roundRollouts struct {
+	mu     sync.Mutex
+	rounds int
+	fail   map[int]bool // positions that fail with env_error
+}
+
+func (r *roundRollouts) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
+	r.mu.Lock()
+	round := r.rounds
+	r.rounds++
+	r.mu.Unlock()
+	out := make([]*rollout.Trajectory, len(tasks))
+	for i, t := range tasks {
+		rew := float64(i % 2)
+		tr := &rollout.Trajectory{
+			Task:      t,
+			Tokens:    []int32{int32(round*1000 + i), 7, 8, 9},
+			PromptLen: 2,
+			LossMask:  []uint8{1, 1},
+			Logprobs:  []float32{-1, -1},
+			Rewards:   []*float64{&rew},
+			Outcome:   rollout.OutcomeDone,
+		}
+		if r.fail[i] {
+			tr = &rollout.Trajectory{Task: t, Outcome: rollout.OutcomeEnvError, Err: fmt.Errorf("env down")}
+		}
+		out[i] = tr
+		if onDone != nil {
+			onDone(tr)
+		}
+	}
+	return out
+}
+
+// recordingPolicy records what the optimizer saw.
+type recordingPolicy struct {
+	microBatches [][]int32 // first prompt token of each row, per forward/backward
+	oldLogps     []bool    // whether rows carried old log-probs
+	steps        int
+	logprobCalls int
+}
+
+func (p *recordingPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
+	p.logprobCalls++
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = make([]float32, r.CompletionLen())
+	}
+	return out, nil
+}
+
+func (p *recordingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error) {
+	ids := make([]int32, len(mb.Rows))
+	for i, r := range mb.Rows {
+		ids[i] = r.Tokens[0]
+	}
+	p.microBatches = append(p.microBatches, ids)
+	p.oldLogps = append(p.oldLogps, mb.Rows[0].OldLogprobs != nil)
+	return LossStats{Loss: 0.5, Tokens: float64(grpo.ActiveTokens(mb.Rows))}, nil
+}
+
+func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
+	p.steps++
+	return 1, nil
+}
+
+func (p *recordingPolicy) SaveCheckpoint(ctx context.Context, dir string) error { return nil }
+
+type noSync struct{ calls int }
+
+func (n *noSync) SyncWeights(ctx context.Context, step int) error { n.calls++; return nil }
+
+func newTestLoop(t *testing.T, shape Shape, steps int, ro Rollouts) (*Loop, *recordingPolicy, *noSync) {
+	t.Helper()
+	s, err := NewTaskSampler([]EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	require.NoError(t, err)
+	p, g := &recordingPolicy{}, &noSync{}
+	cfg := LoopConfig{
+		Shape: shape, Loss: grpo.DefaultLossConfig(), Scale: grpo.ScaleGroup, Aggregation: grpo.RewardLast,
+		MaxSteps: steps, Schedule: func(int) float64 { return 1e-3 }, LoggingSteps: 1, MaxFailureFrac: 0.5,
+		EnvNames: []string{"letters"}, Splits: []string{"train"}, Secrets: []map[string]string{nil},
+	}
+	return NewLoop(cfg, s, ro, p, g, zerolog.Nop()), p, g
+}
+
+// roundOf decodes the round number from a row's first token.
+func roundOf(id int32) int { return int(id) / 1000 }
+
+// TestBatchRelations checks grpo-reference.md §1 with P = 1: which
+// rollouts feed which optimizer step, and when old log-probs are computed.
+func TestBatchRelations(t *testing.T) {
+	tests := []struct {
+		name  string
+		shape Shape
+		steps int
+		// wantRounds[i] is the round each micro-step's rows come from.
+		wantRounds []int
+		wantOld    bool
+	}{
+		{"defaults: one round per step, one micro-batch", Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 3, []int{0, 1, 2}, false},
+		{"GA=2, S=2: one round split over the step's two micro-steps", Shape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 1}, 2, []int{0, 0, 1, 1}, false},
+		{"num_iterations=2: each round feeds two optimizer steps", Shape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
+		{"steps_per_generation=4 > GA=2: a round spans two steps", Shape{K: 4, G: 4, B: 4, S: 4, GA: 2, Iterations: 1}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			loop, p, g := newTestLoop(t, tc.shape, tc.steps, &roundRollouts{})
+			require.NoError(t, loop.Run(context.Background()))
+			assert.Equal(t, tc.steps, p.steps)
+			assert.Equal(t, tc.steps, g.calls, "weights synced after every optimizer step")
+			require.Len(t, p.microBatches, len(tc.wantRounds))
+			for i, mb := range p.microBatches {
+				assert.Len(t, mb, tc.shape.B)
+				for _, id := range mb {
+					assert.Equal(t, tc.wantRounds[i], roundOf(id), "micro-step %d", i)
+				}
+				assert.Equal(t, tc.wantOld, p.oldLogps[i], "old log-probs at micro-step %d", i)
+			}
+			// Within one pass over a round every row is used exactly once.
+			perRound := map[int]map[int32]int{}
+			for _, mb := range p.microBatches {
+				for _, id := range mb {
+					r := roundOf(id)
+					if perRound[r] == nil {
+						perRound[r] = map[int32]int{}
+					}
+					perRound[r][id]++
+				}
+			}
+			for r, ids := range perRound {
+				assert.Len(t, ids, tc.shape.K*tc.shape.G, "round %d", r)
+				for id, n := range ids {
+					assert.Equal(t, tc.shape.Iterations, n, "row %d used once per iteration", id)
+				}
+			}
+		})
+	}
+}
+
+func TestFailedRolloutsAreMaskedAndCounted(t *testing.T) {
+	shape := Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
+	loop, p, _ := newTestLoop(t, shape, 1, &roundRollouts{fail: map[int]bool{1: true, 2: true}})
+	var got StepMetrics
+	loop.OnMetrics = func(m StepMetrics) { got = m }
+	require.NoError(t, loop.Run(context.Background()))
+	assert.Equal(t, 2, got.Outcomes["env_error"])
+	assert.Equal(t, 2, got.Round.Unscorable)
+	assert.False(t, math.IsNaN(got.Round.Reward))
+	assert.Len(t, p.microBatches, 1)
+
+	loop, _, _ = newTestLoop(t, shape, 1, &roundRollouts{fail: map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true}})
+	err := loop.Run(context.Background())
+	require.ErrorIs(t, err, ErrTooManyFailures)
+	assert.Contains(t, err.Error(), "5 of 8 rollouts failed")
+	assert.Contains(t, err.Error(), "env down")
+}
+
+func TestLoopStopsOnCancel(t *testing.T) {
+	loop, p, _ := newTestLoop(t, Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 100, &roundRollouts{})
+	ctx, cancel := context.WithCancel(context.Background())
+	loop.OnMetrics = func(m StepMetrics) {
+		if m.Step == 2 {
+			cancel()
+		}
+	}
+	require.ErrorIs(t, loop.Run(ctx), context.Canceled)
+	assert.Equal(t, 2, p.steps)
+	assert.Equal(t, 2, loop.State().Step)
+}

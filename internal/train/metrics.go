@@ -1,0 +1,123 @@
+package train
+
+import (
+	"math"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+)
+
+// StepMetrics is everything logged for one optimizer step, reduced in one
+// place (reduceLoss) and written under TRL's names (Map).
+type StepMetrics struct {
+	Step         int
+	Epoch        int
+	LearningRate float64
+	GradNorm     float64
+	NumTokens    int
+
+	Loss            float64
+	Entropy         float64
+	KL              float64
+	HasKL           bool
+	ClipLowMean     float64
+	ClipHighMean    float64
+	ClipRegionMean  float64
+	ClipLowMin      float64
+	ClipHighMax     float64
+	CISPOClipRatio  float64
+	ReportsClipping bool
+
+	Rounds       int
+	Round        grpo.RoundMetrics
+	Outcomes     map[string]int
+	FormatErrors int
+
+	StepTime, RolloutTime, EnvTime, GenTime, TrainTime, SyncTime time.Duration
+	Extra                                                        map[string]float64
+}
+
+// reduceLoss combines the micro-batch sums into the step's loss metrics:
+// the loss is the sum of micro-batch losses (each already normalised as the
+// loss type prescribes); entropy, KL and clip fractions are global masked means.
+func (m *StepMetrics) reduceLoss(stats []LossStats, cfg grpo.LossConfig) {
+	var tokens, ent, kl, low, high, region, denom float64
+	m.ClipLowMin, m.ClipHighMax = math.Inf(1), math.Inf(-1)
+	for _, s := range stats {
+		m.Loss += s.Loss
+		tokens += s.Tokens
+		ent += s.EntropySum
+		kl += s.KLSum
+		low += s.ClipLow
+		high += s.ClipHigh
+		region += s.ClipRegion
+		denom += s.ClipDenom
+		if s.RowsWithTokens > 0 {
+			m.ClipLowMin = math.Min(m.ClipLowMin, s.ClipLowMin)
+			m.ClipHighMax = math.Max(m.ClipHighMax, s.ClipHighMax)
+		}
+	}
+	if math.IsInf(m.ClipLowMin, 0) {
+		m.ClipLowMin, m.ClipHighMax = 0, 0
+	}
+	m.Entropy = ratio(ent, tokens)
+	m.KL, m.HasKL = ratio(kl, tokens), cfg.Beta != 0
+	m.ReportsClipping = cfg.Type.UsesClip()
+	m.ClipLowMean, m.ClipHighMean, m.ClipRegionMean = ratio(low, denom), ratio(high, denom), ratio(region, denom)
+	if cfg.Type == grpo.LossCISPO {
+		m.CISPOClipRatio = ratio(high, denom)
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Map returns the metrics under TRL's keys plus ortrain's timing, outcome
+// and failure counters.
+func (m StepMetrics) Map() map[string]float64 {
+	out := map[string]float64{
+		"step":                float64(m.Step),
+		"epoch":               float64(m.Epoch),
+		"learning_rate":       m.LearningRate,
+		"grad_norm":           m.GradNorm,
+		"loss":                m.Loss,
+		"entropy":             m.Entropy,
+		"num_tokens":          float64(m.NumTokens),
+		"step_time":           m.StepTime.Seconds(),
+		"time/rollout":        m.RolloutTime.Seconds(),
+		"time/env":            m.EnvTime.Seconds(),
+		"time/generation":     m.GenTime.Seconds(),
+		"time/train":          m.TrainTime.Seconds(),
+		"time/sync":           m.SyncTime.Seconds(),
+		"tools/format_errors": float64(m.FormatErrors),
+	}
+	if m.HasKL {
+		out["kl"] = m.KL
+	}
+	if m.ReportsClipping {
+		out["clip_ratio/low_mean"] = m.ClipLowMean
+		out["clip_ratio/high_mean"] = m.ClipHighMean
+		out["clip_ratio/region_mean"] = m.ClipRegionMean
+		out["clip_ratio/low_min"] = m.ClipLowMin
+		out["clip_ratio/high_max"] = m.ClipHighMax
+	}
+	if m.CISPOClipRatio != 0 {
+		out["cispo_clip_ratio"] = m.CISPOClipRatio
+	}
+	if m.Rounds > 0 {
+		for k, v := range m.Round.Map() {
+			out[k] = v
+		}
+		for k, v := range m.Outcomes {
+			out["rollouts/"+k] = float64(v)
+		}
+	}
+	for k, v := range m.Extra {
+		out[k] = v
+	}
+	return out
+}
