@@ -1,0 +1,142 @@
+package vllm_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/vllm"
+)
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestGPUPlanAssign(t *testing.T) {
+	tests := []struct {
+		name    string
+		plan    vllm.GPUPlan
+		want    [][]int
+		wantErr string
+	}{
+		{"one per replica", vllm.GPUPlan{GPUs: []int{2, 3}}, [][]int{{2}, {3}}, ""},
+		{"tp2 one replica", vllm.GPUPlan{GPUs: []int{2, 3}, TensorParallelSize: 2}, [][]int{{2, 3}}, ""},
+		{"tp2 two replicas", vllm.GPUPlan{GPUs: []int{4, 5, 6, 7}, Replicas: 2, TensorParallelSize: 2}, [][]int{{4, 5}, {6, 7}}, ""},
+		{"cpu replicas", vllm.GPUPlan{Replicas: 2}, [][]int{nil, nil}, ""},
+		{"no gpus one replica", vllm.GPUPlan{}, [][]int{nil}, ""},
+		{"colocated", vllm.GPUPlan{GPUs: []int{0}, TrainerGPUs: []int{0}, Colocate: true}, [][]int{{0}}, ""},
+		{"duplicate", vllm.GPUPlan{GPUs: []int{2, 2}}, nil, "GPU 2 is listed twice"},
+		{"shared with trainer", vllm.GPUPlan{GPUs: []int{1, 2}, TrainerGPUs: []int{0, 1}}, nil, "GPU 1 is also a trainer GPU (worker.gpus 0,1)"},
+		{"uneven split", vllm.GPUPlan{GPUs: []int{1, 2, 3}, TensorParallelSize: 2}, nil, "do not split into 1 replica(s) × tensor parallel size 2"},
+		{"replicas mismatch", vllm.GPUPlan{GPUs: []int{1, 2}, Replicas: 3}, nil, "do not split into 3 replica(s)"},
+		{"negative tp", vllm.GPUPlan{GPUs: []int{1}, TensorParallelSize: -1}, nil, "vllm_tensor_parallel_size"},
+		{"negative gpu", vllm.GPUPlan{GPUs: []int{-1}}, nil, "not a GPU index"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.plan.Assign()
+			if tt.wantErr != "" {
+				var ge *vllm.GPUAssignmentError
+				require.ErrorAs(t, err, &ge)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				assert.Contains(t, ge.Field, "engine.vllm_")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestParseGPUs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []int
+		wantErr bool
+	}{
+		{"2,3", []int{2, 3}, false},
+		{" 0 , 1 ", []int{0, 1}, false},
+		{"", nil, false},
+		{"2,x", nil, true},
+		{"-1", nil, true},
+		{"1,,2", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := vllm.ParseGPUs(tt.in)
+		if tt.wantErr {
+			assert.Error(t, err, tt.in)
+			continue
+		}
+		require.NoError(t, err, tt.in)
+		assert.Equal(t, tt.want, got, tt.in)
+	}
+}
+
+func FuzzParseGPUs(f *testing.F) {
+	for _, s := range []string{"2,3", "", "0", "1,,2", "x", " 4 ,5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		gpus, err := vllm.ParseGPUs(s)
+		if err != nil {
+			return
+		}
+		// What parses round-trips through the CUDA_VISIBLE_DEVICES form.
+		again, err := vllm.ParseGPUs(vllm.JoinGPUs(gpus))
+		require.NoError(t, err)
+		assert.Equal(t, gpus, again)
+	})
+}
+
+func TestLaunchConfigArgvAndEnv(t *testing.T) {
+	seed := int64(7)
+	c := vllm.LaunchConfig{
+		Model: "/models/q", TensorParallelSize: 2, GPUMemoryUtilization: 0.45, MaxModelLen: 4096, Seed: &seed,
+		LoRA:      &vllm.LoRALaunch{MaxRank: 32, MaxLoras: 3},
+		ExtraArgs: []string{"--enforce-eager"},
+		Environ:   []string{"PATH=/bin", "HOME=/root", "OPENREWARD_API_KEY=sk-secret", "HF_TOKEN=hf_x", "HF_HOME=/hf", "CUDA_VISIBLE_DEVICES=0,1,2,3", "EDITOR=vi"},
+		ExtraEnv:  []string{"VLLM_CACHE_ROOT=/cache"},
+	}
+	argv := strings.Join(c.Argv(8100), " ")
+	assert.True(t, strings.HasPrefix(argv, "vllm serve /models/q --host 127.0.0.1 --port 8100 "), argv)
+	for _, want := range []string{"--logprobs-mode processed_logprobs", "--generation-config vllm", "--tensor-parallel-size 2",
+		"--gpu-memory-utilization 0.45", "--max-model-len 4096", "--seed 7", "--enable-lora --max-lora-rank 32 --max-loras 3"} {
+		assert.Contains(t, argv, want)
+	}
+	assert.True(t, strings.HasSuffix(argv, "--enforce-eager"), "extra args come last so they win")
+
+	env := c.Env([]int{2, 3})
+	assert.Contains(t, env, "CUDA_VISIBLE_DEVICES=2,3")
+	assert.Contains(t, env, "VLLM_SERVER_DEV_MODE=1")
+	assert.Contains(t, env, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
+	assert.Contains(t, env, "HF_HOME=/hf")
+	assert.Contains(t, env, "VLLM_CACHE_ROOT=/cache")
+	joined := strings.Join(env, "\n")
+	assert.NotContains(t, joined, "sk-secret")
+	assert.NotContains(t, joined, "hf_x")
+	assert.NotContains(t, joined, "EDITOR")
+	assert.NotContains(t, joined, "CUDA_VISIBLE_DEVICES=0,1,2,3")
+
+	plain := vllm.LaunchConfig{Command: []string{"ortrain", "serve-engine"}, Model: "m"}
+	assert.Equal(t, "ortrain serve-engine m --host 127.0.0.1 --port 1 --logprobs-mode processed_logprobs --generation-config vllm --tensor-parallel-size 1 --disable-uvicorn-access-log",
+		strings.Join(plain.Argv(1), " "))
+	assert.NotContains(t, strings.Join(plain.Env(nil), " "), "LORA")
+}
+
+func TestStatusWriterKeepsErrorTail(t *testing.T) {
+	var sink strings.Builder
+	now := time.Unix(100, 0)
+	w := vllm.NewStatusWriter(&sink, func() time.Time { return now })
+	_, _ = w.Write([]byte("INFO loading weights\nTraceback (most recent call last):\n  File x\nRuntimeError: CUDA error: out of"))
+	now = time.Unix(200, 0)
+	_, _ = w.Write([]byte(" memory\nINFO shutting down\n"))
+	assert.Equal(t, "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory", w.Tail())
+	assert.Equal(t, time.Unix(200, 0), w.LastOutput())
+	assert.Contains(t, sink.String(), "INFO loading weights", "everything reaches the log file")
+	for range 2000 {
+		_, _ = w.Write([]byte("RuntimeError: again and again and again\n"))
+	}
+	assert.LessOrEqual(t, len(w.Tail()), 9<<10, "the tail is bounded")
+}
