@@ -75,6 +75,7 @@ func (s *scope) lookup(name string) (Value, bool) {
 type renderer struct {
 	root  *scope
 	depth int // macro recursion depth
+	steps int // statements executed, against maxSteps
 }
 
 // control is how a statement list ended.
@@ -98,6 +99,12 @@ type macro struct {
 
 func (r *renderer) exec(out *strings.Builder, body []node, sc *scope) (control, error) {
 	for _, n := range body {
+		if r.steps++; r.steps > maxSteps {
+			return ctrlNone, fmt.Errorf("template executed more than %d statements", maxSteps)
+		}
+		if out.Len() > maxStringLen {
+			return ctrlNone, fmt.Errorf("template output longer than %d bytes", maxStringLen)
+		}
 		switch n := n.(type) {
 		case textNode:
 			out.WriteString(n.text)
@@ -509,6 +516,9 @@ func arith(op string, l, r Value) (Value, error) {
 		if str, isStr := s.(string); isStr {
 			var count int64
 			if count, ok = toInt(n); ok {
+				if count > 0 && int64(len(str))*count > maxStringLen {
+					return nil, fmt.Errorf("string repetition longer than %d bytes", maxStringLen)
+				}
 				return strings.Repeat(str, int(max(count, 0))), nil
 			}
 		}
@@ -558,8 +568,11 @@ func intArith(op string, a, b int64) (Value, error) {
 			return math.Pow(float64(a), float64(b)), nil
 		}
 		out := int64(1)
-		for i := int64(0); i < b; i++ {
-			out *= a
+		for base := a; b > 0; b >>= 1 { // by squaring: O(log b)
+			if b&1 == 1 {
+				out *= base
+			}
+			base *= base
 		}
 		return out, nil
 	}
@@ -702,7 +715,13 @@ func (r *renderer) evalCall(e callExpr, sc *scope) (Value, error) {
 	return nil, fmt.Errorf("'%s' object is not callable", typeName(fn))
 }
 
-const maxMacroDepth = 200
+// Limits that keep a hostile or broken template from exhausting memory
+// or the stack.
+const (
+	maxMacroDepth = 200
+	maxStringLen  = 64 << 20
+	maxSteps      = 2_000_000
+)
 
 func (m *macro) call(args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) > len(m.n.params) {

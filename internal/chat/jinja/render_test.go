@@ -128,3 +128,54 @@ func TestSemantics(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseAndRender: no template source makes Parse or Render panic.
+func FuzzParseAndRender(f *testing.F) {
+	for _, name := range []string{"qwen3/chat_template.jinja", "llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja",
+		"llama.cpp/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"} {
+		src, err := os.ReadFile(filepath.Join(templateTestdata, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(src))
+	}
+	for _, s := range []string{"{{ a[1:2:3] | tojson(indent=2) }}", "{% for x in y if x %}{% break %}{% endfor %}",
+		"{% macro m(a=1) %}{{ m(a) }}{% endmacro %}{{ m() }}", "{{ 'a' * 3 ~ (1, 2) ~ {'k': [none]} }}",
+		"{%- raw -%} {{ x }} {%- endraw %}", "{{ '%s %d' % ('a', 1) }}{{ '{}'.format(1) }}", "{{ 2 ** 62 ** 2 }}"} {
+		f.Add(s)
+	}
+	vars := map[string]Value{"messages": []Value{}, "a": []Value{int64(1), "x"}, "y": "abc", "add_generation_prompt": true}
+	f.Fuzz(func(t *testing.T, src string) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tmpl, err := Parse(src)
+			if err != nil {
+				return
+			}
+			_, _ = tmpl.Render(vars, RenderOptions{Now: fixedClock})
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Parse+Render of %q did not finish in 20s", src)
+		}
+	})
+}
+
+func TestRenderLimits(t *testing.T) {
+	cases := map[string]string{
+		"exponential macro": "{% macro m(n) %}{% if n > 0 %}{{ m(n - 1) }}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(40) }}",
+		"deep recursion":    "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+		"huge repetition":   "{{ 'abc' * 100000000 }}",
+		"huge output":       "{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}",
+	}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			tmpl, err := Parse(src)
+			require.NoError(t, err)
+			_, err = tmpl.Render(map[string]Value{}, RenderOptions{})
+			assert.Error(t, err)
+		})
+	}
+}
