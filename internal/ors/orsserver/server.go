@@ -77,6 +77,10 @@ type Server struct {
 	mu      sync.Mutex
 	httpSrv []*http.Server
 	closed  bool
+	// freshConns holds accepted connections that have not sent a request
+	// yet; net/http's Shutdown waits up to 5 s for those, so Shutdown
+	// closes them itself.
+	freshConns sync.Map // net.Conn → struct{}
 }
 
 type servedEnv struct {
@@ -151,7 +155,13 @@ func (s *Server) Serve(l net.Listener) error {
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       60 * time.Second, // the reference's uvicorn keep-alive
-		ErrorLog:          nil,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.freshConns.Store(c, struct{}{})
+			} else {
+				s.freshConns.Delete(c)
+			}
+		},
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -180,7 +190,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 	var errs []error
 	for _, hs := range servers {
-		if err := hs.Shutdown(ctx); err != nil {
+		if err := s.shutdownHTTP(ctx, hs); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 			_ = hs.Close()
 		}
@@ -199,6 +209,27 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("waiting for session teardowns: %w", ctx.Err()))
 	}
 	return errors.Join(errs...)
+}
+
+// shutdownHTTP runs hs.Shutdown, closing connections that never sent a
+// request (clients' spare pooled connections) as it goes.
+func (s *Server) shutdownHTTP(ctx context.Context, hs *http.Server) error {
+	done := make(chan error, 1)
+	go func() { done <- hs.Shutdown(ctx) }()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			s.freshConns.Range(func(c, _ any) bool {
+				_ = c.(net.Conn).Close()
+				s.freshConns.Delete(c)
+				return true
+			})
+		}
+	}
 }
 
 // reap deletes idle sessions every ReapInterval.
