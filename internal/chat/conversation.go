@@ -104,6 +104,19 @@ type ConversationOptions struct {
 // NewConversation renders the prompt ([system], user) with the generation
 // prompt and tokenizes it.
 func NewConversation(tok *Tokenizer, tmpl *Template, userPrompt string, opts ConversationOptions) (*Conversation, error) {
+	var msgs []Message
+	if opts.System != "" {
+		msgs = append(msgs, Message{Role: "system", Content: opts.System})
+	}
+	return NewConversationMessages(tok, tmpl, append(msgs, Message{Role: "user", Content: userPrompt}), opts)
+}
+
+// NewConversationMessages starts from a list of prompt messages (opts.System
+// is ignored); the last one is usually the user's.
+func NewConversationMessages(tok *Tokenizer, tmpl *Template, prompt []Message, opts ConversationOptions) (*Conversation, error) {
+	if len(prompt) == 0 {
+		return nil, errors.New("conversation needs at least one prompt message")
+	}
 	c := &Conversation{
 		tok: tok, tmpl: tmpl, tools: opts.Tools, kwargs: opts.Kwargs, policy: opts.Policy,
 		format: DetectToolCallFormat(tmpl.Source()), endIDs: tok.Special().EndOfTurn,
@@ -111,10 +124,7 @@ func NewConversation(tok *Tokenizer, tmpl *Template, userPrompt string, opts Con
 	if opts.Format != nil {
 		c.format = *opts.Format
 	}
-	if opts.System != "" {
-		c.messages = append(c.messages, Message{Role: "system", Content: opts.System})
-	}
-	c.messages = append(c.messages, Message{Role: "user", Content: userPrompt})
+	c.messages = slices.Clone(prompt)
 	text, err := tmpl.Render(c.messages, c.tools, true, c.kwargs)
 	if err != nil {
 		return nil, fmt.Errorf("render prompt: %w", err)
@@ -173,15 +183,27 @@ func (c *Conversation) parseTurn(ids []int32) (Message, error) {
 // is not, it is found by counting end-of-turn tokens, and the
 // disagreement is recorded (KeepSampled) or returned (RequireExact).
 func (c *Conversation) AppendToolResults(results []ToolResult) ([]int32, error) {
+	msgs := make([]Message, len(results))
+	for i, r := range results {
+		msgs[i] = Message{Role: "tool", Content: r.Content, Name: r.Name, ToolCallID: r.ToolCallID}
+	}
+	return c.AppendMessages(msgs)
+}
+
+// AppendMessages is AppendToolResults for any non-assistant messages (tool
+// results, or a user message such as an environment's feedback).
+func (c *Conversation) AppendMessages(msgs []Message) ([]int32, error) {
 	turn := c.toolTurns
 	endID, ok := c.closingEndID()
 	if !ok {
 		return nil, ErrTurnNotEnded
 	}
-	next := slices.Clone(c.messages)
-	for _, r := range results {
-		next = append(next, Message{Role: "tool", Content: r.Content, Name: r.Name, ToolCallID: r.ToolCallID})
+	for i, m := range msgs {
+		if m.Role == "assistant" {
+			return nil, fmt.Errorf("message %d: assistant turns are appended with AppendSampled", i)
+		}
 	}
+	next := append(slices.Clone(c.messages), msgs...)
 	oldText, err := c.tmpl.Render(c.messages, c.tools, false, c.kwargs)
 	if err != nil {
 		return nil, fmt.Errorf("render history for tool turn %d: %w", turn, err)

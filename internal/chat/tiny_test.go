@@ -18,6 +18,12 @@ var tinySpecialTokens = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", 
 // init-model` ships: 256 byte tokens in GPT-2 byte-to-unicode form, no
 // merges, added special tokens, and a ChatML tool template.
 func writeTinyModel(t *testing.T, preTokenizer string) string {
+	return writeByteModel(t, preTokenizer, tinySpecialTokens, "qwen2.5/chat_template.jinja", "<|im_end|>", "<|endoftext|>")
+}
+
+// writeByteModel writes a 256-byte-vocabulary model directory with the given
+// special tokens (ids from 256), chat template and eos/pad tokens.
+func writeByteModel(t *testing.T, preTokenizer string, specials []string, templatePath, eos, pad string) string {
 	t.Helper()
 	dir := t.TempDir()
 	vocab := map[string]int{}
@@ -27,7 +33,7 @@ func writeTinyModel(t *testing.T, preTokenizer string) string {
 	}
 	var added []map[string]any
 	decoderCfg := map[string]any{}
-	for i, s := range tinySpecialTokens {
+	for i, s := range specials {
 		added = append(added, map[string]any{"id": 256 + i, "content": s, "single_word": false,
 			"lstrip": false, "rstrip": false, "normalized": false, "special": true})
 		decoderCfg[strconv.Itoa(256+i)] = map[string]any{"content": s, "special": true}
@@ -49,9 +55,9 @@ func writeTinyModel(t *testing.T, preTokenizer string) string {
 		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
 			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []any{}},
 	}
-	tmplSrc, err := os.ReadFile("../../testdata/chat-templates/qwen2.5/chat_template.jinja")
+	tmplSrc, err := os.ReadFile(filepath.Join("../../testdata/chat-templates", templatePath))
 	require.NoError(t, err)
-	cfg := map[string]any{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": nil,
+	cfg := map[string]any{"eos_token": eos, "pad_token": pad, "bos_token": nil,
 		"added_tokens_decoder": decoderCfg, "chat_template": string(tmplSrc), "tokenizer_class": "PreTrainedTokenizerFast"}
 	for name, v := range map[string]any{"tokenizer.json": tj, "tokenizer_config.json": cfg} {
 		data, err := json.Marshal(v)
@@ -119,4 +125,70 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		[]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}`), 0o644))
 	_, err = LoadTokenizer(dir)
 	assert.ErrorContains(t, err, `merge 0 ("a" "b"): token not in vocabulary`)
+}
+
+// A Llama 3.1 style model: JSON tool calls, results in the ipython role
+// (rendered through tojson), <|eot_id|> ends turns.
+func TestConversationLlama31ByteModel(t *testing.T) {
+	specials := []string{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+		"<|eot_id|>", "<|eom_id|>", "<|python_tag|>"}
+	dir := writeByteModel(t, "split", specials, "llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>", "<|end_of_text|>")
+	tok, err := LoadTokenizer(dir)
+	require.NoError(t, err)
+	tmpl, err := tok.Template("")
+	require.NoError(t, err)
+	c, err := NewConversation(tok, tmpl, "Weather in Oslo?", ConversationOptions{Tools: weatherTools, Policy: RequireExact})
+	require.NoError(t, err)
+	assert.Equal(t, FormatLlama3JSON, c.Format())
+	sampled := tok.Encode(`{"name": "get_weather", "parameters": {"city": "Oslo"}}<|eot_id|>`)
+	msg, err := c.AppendSampled(sampled)
+	require.NoError(t, err)
+	require.Len(t, msg.ToolCalls, 1)
+	assert.JSONEq(t, `{"city": "Oslo"}`, string(msg.ToolCalls[0].Arguments))
+	before := len(c.IDs())
+	next, err := c.AppendToolResults([]ToolResult{{Name: "get_weather", Content: "cold"}})
+	require.NoError(t, err)
+	assert.Equal(t, "<|start_header_id|>ipython<|end_header_id|>\n\n\"cold\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		tok.Decode(next[before:], false))
+	final := tok.Encode("It is cold.<|eot_id|>")
+	_, err = c.AppendSampled(final)
+	require.NoError(t, err)
+
+	full, err := tmpl.Render(c.Messages(), weatherTools, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, tok.Encode(full), c.IDs(), "token-exact against the full rendering")
+	mask := c.LossMask()
+	assert.Equal(t, len(sampled)+len(final), countOnes(mask))
+	assert.Equal(t, ones(len(sampled)), mask[:len(sampled)])
+	assert.Equal(t, ones(len(final)), mask[len(mask)-len(final):])
+}
+
+func countOnes(mask []int8) int {
+	n := 0
+	for _, m := range mask {
+		n += int(m)
+	}
+	return n
+}
+
+func TestDecodeLikeTransformersCleanUp(t *testing.T) {
+	dir := writeTinyModel(t, "bytelevel")
+	tok, err := LoadTokenizer(dir)
+	require.NoError(t, err)
+	ids := tok.Encode("I do n't know , really .")
+	assert.Equal(t, "I do n't know , really .", tok.DecodeLikeTransformers(ids, false), "flag off: unchanged")
+
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	data, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(data, &cfg))
+	cfg["clean_up_tokenization_spaces"] = true
+	data, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, data, 0o644))
+	tok, err = LoadTokenizer(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "I don't know, really.", tok.DecodeLikeTransformers(ids, false))
+	assert.Equal(t, "I do n't know , really .", tok.Decode(ids, false))
 }
