@@ -58,6 +58,7 @@ func LoadTokenizerWith(modelDir string, opts LoadOptions) (*Tokenizer, error) {
 	}
 	tok.special = resolveSpecial(tok, cfg, readGenerationEOS(filepath.Join(modelDir, "generation_config.json")))
 	tok.chatTemplates = cfg.chatTemplates
+	tok.cleanUpSpaces = cfg.cleanUpSpaces
 	tok.specialStrings = map[string]string{}
 	for name, v := range map[string]string{"bos_token": cfg.bos, "eos_token": cfg.eos, "pad_token": cfg.pad, "unk_token": cfg.unk} {
 		if v != "" {
@@ -98,6 +99,7 @@ func readMaybeGzip(path string) ([]byte, string, error) {
 type tokenizerConfig struct {
 	class              string
 	bos, eos, pad, unk string
+	cleanUpSpaces      bool
 	addedTokens        []AddedToken
 	chatTemplates      map[string]string
 }
@@ -113,6 +115,7 @@ func readTokenizerConfig(path string) (tokenizerConfig, error) {
 	}
 	var raw struct {
 		Class        string                    `json:"tokenizer_class"`
+		CleanUp      bool                      `json:"clean_up_tokenization_spaces"`
 		BOS          json.RawMessage           `json:"bos_token"`
 		EOS          json.RawMessage           `json:"eos_token"`
 		PAD          json.RawMessage           `json:"pad_token"`
@@ -123,7 +126,7 @@ func readTokenizerConfig(path string) (tokenizerConfig, error) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return cfg, fmt.Errorf("parse %s: %w", path, err)
 	}
-	cfg.class = raw.Class
+	cfg.class, cfg.cleanUpSpaces = raw.Class, raw.CleanUp
 	cfg.bos, cfg.eos, cfg.pad, cfg.unk = tokenString(raw.BOS), tokenString(raw.EOS), tokenString(raw.PAD), tokenString(raw.UNK)
 	for key, a := range raw.Added {
 		var id int32

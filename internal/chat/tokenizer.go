@@ -20,6 +20,7 @@ type Tokenizer struct {
 	special        SpecialTokens
 	specialStrings map[string]string // bos_token, eos_token, ... as chat templates see them
 	chatTemplates  map[string]string // "default", "tool_use", ...
+	cleanUpSpaces  bool              // tokenizer_config clean_up_tokenization_spaces
 }
 
 // SpecialTokens are the ids a rollout needs to stop generation and pad
@@ -150,6 +151,23 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 		tokens = t.decoder.decodeChain(tokens)
 	}
 	return strings.Join(tokens, "")
+}
+
+// DecodeLikeTransformers is Decode followed by transformers'
+// clean_up_tokenization when tokenizer_config.json sets
+// clean_up_tokenization_spaces (" ." becomes ".", " n't" becomes "n't", …),
+// which is what tokenizer.decode() returns in Python. Use Decode for
+// parsing model output: the clean-up can change JSON inside tool calls.
+func (t *Tokenizer) DecodeLikeTransformers(ids []int32, skipSpecial bool) string {
+	text := t.Decode(ids, skipSpecial)
+	if !t.cleanUpSpaces {
+		return text
+	}
+	for _, r := range [...][2]string{{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+		{" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}} {
+		text = strings.ReplaceAll(text, r[0], r[1])
+	}
+	return text
 }
 
 // Token returns the vocabulary string of id.
