@@ -218,6 +218,9 @@ func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
 	if n < 1 {
 		return nil, Request{}, 0, badf("n must be at least 1, got %d", n)
 	}
+	if len(prompts)*n > maxSamplesPerRequest {
+		return nil, Request{}, 0, badf("%d prompts × n=%d asks for more than %d samples in one request", len(prompts), n, maxSamplesPerRequest)
+	}
 	for _, p := range prompts {
 		if s.opts.MaxModelLen > 0 && len(p)+req.MaxTokens > s.opts.MaxModelLen {
 			return nil, Request{}, 0, badf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
@@ -231,6 +234,9 @@ func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
 	}
 	return prompts, req, n, nil
 }
+
+// maxSamplesPerRequest bounds the work one request can ask for.
+const maxSamplesPerRequest = 4096
 
 func neutral(v *float64, want float64) bool { return v == nil || *v == want }
 
