@@ -1,0 +1,181 @@
+// Package rollout runs episodes: one ORS session per rollout, many at once,
+// each a turn loop of generate → parse tool calls → call tools → append
+// results, with a deadline on every call and every episode, failures
+// classified and counted, and sessions always closed.
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/ors"
+)
+
+// Session is the part of an ORS session a rollout uses (ors.Session).
+type Session interface {
+	Prompt(ctx context.Context) ([]ors.Block, error)
+	Tools(ctx context.Context) ([]ors.ToolSpec, error)
+	CallTool(ctx context.Context, name string, input json.RawMessage) (*ors.ToolOutput, error)
+	Close(ctx context.Context) error
+}
+
+// Opener opens a session for one task of one environment.
+type Opener interface {
+	OpenSession(ctx context.Context, spec ors.SessionSpec) (Session, error)
+}
+
+// ClientOpener opens sessions with an ors.Client.
+type ClientOpener struct{ Client *ors.Client }
+
+// OpenSession opens one session.
+func (o ClientOpener) OpenSession(ctx context.Context, spec ors.SessionSpec) (Session, error) {
+	s, err := o.Client.OpenSession(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ToolCall is one call the model wrote (as parsed by internal/chat).
+type ToolCall = chat.ToolCall
+
+// ChatSpec is how conversations are rendered and read: the model's
+// tokenizer and chat template, extra template variables, the tool-call
+// format and the policy for templates that re-render history differently.
+type ChatSpec struct {
+	Tokenizer *chat.Tokenizer
+	Template  *chat.Template
+	Kwargs    map[string]any
+	// Format overrides the tool-call format detected from the template.
+	Format *chat.ToolCallFormat
+	Policy chat.HistoryPolicy
+}
+
+func (c ChatSpec) newConversation(system, user string, tools []ors.ToolSpec) (*chat.Conversation, error) {
+	ct := make([]chat.Tool, len(tools))
+	for i, t := range tools {
+		params := t.InputSchema
+		if string(params) == "null" {
+			params = nil
+		}
+		ct[i] = chat.Tool{Name: t.Name, Description: t.Description, Parameters: params}
+	}
+	return chat.NewConversation(c.Tokenizer, c.Template, user, chat.ConversationOptions{
+		System: system, Tools: ct, Kwargs: c.Kwargs, Policy: c.Policy, Format: c.Format,
+	})
+}
+
+// stopIDs end a turn: every end-of-turn id of the tokenizer.
+func (c ChatSpec) stopIDs() []int32 { return c.Tokenizer.Special().EndOfTurn }
+
+// Outcome classifies how an episode ended.
+type Outcome string
+
+const (
+	OutcomeDone        Outcome = "done"       // a tool returned finished
+	OutcomeStopped     Outcome = "stopped"    // the model ended without a tool call
+	OutcomeIterations  Outcome = "iterations" // max_tool_calling_iterations reached
+	OutcomeTruncated   Outcome = "truncated"  // the completion budget ran out mid-turn
+	OutcomeBudget      Outcome = "budget"     // a tool turn would not fit the budget; rolled back
+	OutcomeUnreachable Outcome = "env_unreachable"
+	OutcomeEnvError    Outcome = "env_error"
+	OutcomeTimeout     Outcome = "timeout"
+	OutcomeGenError    Outcome = "generation_error"
+	OutcomeCanceled    Outcome = "canceled"
+)
+
+// Failed reports whether the outcome is an infrastructure failure: such
+// rollouts are excluded from the loss and counted.
+func (o Outcome) Failed() bool {
+	switch o {
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled:
+		return true
+	}
+	return false
+}
+
+// Turn is one step of the transcript, for trajectories.jsonl.
+type Turn struct {
+	Role      string     `json:"role"` // assistant or tool
+	Text      string     `json:"text"`
+	ToolCalls []TurnCall `json:"tool_calls,omitempty"`
+	Tool      string     `json:"tool,omitempty"`
+	Reward    *float64   `json:"reward,omitempty"`
+	Finished  bool       `json:"finished,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// TurnCall is a tool call as written to trajectories.jsonl.
+type TurnCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+func turnCalls(calls []ToolCall) []TurnCall {
+	out := make([]TurnCall, len(calls))
+	for i, c := range calls {
+		args := c.Arguments
+		if len(args) == 0 || !json.Valid(args) {
+			args = json.RawMessage("null")
+		}
+		out[i] = TurnCall{Name: c.Name, Arguments: args}
+	}
+	return out
+}
+
+// Trajectory is the result of one rollout.
+type Trajectory struct {
+	Task   Task
+	Prompt string
+	Turns  []Turn
+	// Tokens is prompt + completion; PromptLen splits them.
+	Tokens    []int32
+	PromptLen int
+	// LossMask and Logprobs have one entry per completion token; Logprobs
+	// are the sampler's (0 on tool and glue tokens).
+	LossMask []uint8
+	Logprobs []float32
+	// Rewards holds each tool call's reward (nil = none).
+	Rewards      []*float64
+	ToolCalls    int
+	ToolFailures int
+	FormatErrors int
+	// Divergences counts tool turns where the template re-rendered history
+	// differently from the held tokens (kept as sampled; see chat.Divergence).
+	Divergences int
+	Outcome     Outcome
+	Err         error
+	Duration    time.Duration
+	// Phase times, summed over the episode.
+	GenTime, EnvTime time.Duration
+}
+
+// Task is what a rollout runs: an env (by index into the runner's openers)
+// and a task index in that env's split.
+type Task struct {
+	Env   int
+	Split string
+	Index int
+	// Secrets are passed to the env constructor.
+	Secrets map[string]string
+}
+
+// classify maps an error from the ORS client to an outcome.
+func classify(ctx context.Context, err error) Outcome {
+	var unreachable *ors.UnreachableError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return OutcomeTimeout
+	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		return OutcomeCanceled
+	case errors.As(err, &unreachable):
+		return OutcomeUnreachable
+	}
+	return OutcomeEnvError
+}
+
+func errText(err error) string { return fmt.Sprintf("Error: %v", err) }

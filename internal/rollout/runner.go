@@ -1,0 +1,414 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/ors"
+)
+
+// Options bound and shape every episode.
+type Options struct {
+	SystemPrompt string
+	Sampling     engine.SamplingParams
+	// MaxCompletionTokens is the budget for everything after the prompt
+	// (assistant turns and tool turns).
+	MaxCompletionTokens int
+	// MaxToolIterations bounds the tool-calling turns (0: the first answer
+	// is final).
+	MaxToolIterations int
+	// FinalAnswerTool, when set, receives a plain-text final answer as its
+	// single string argument.
+	FinalAnswerTool string
+	MaxConcurrency  int
+	EpisodeTimeout  time.Duration
+	CallTimeout     time.Duration
+	// CloseTimeout bounds closing a session, also after cancellation.
+	CloseTimeout time.Duration
+	Seed         int64
+	Logger       zerolog.Logger
+}
+
+// Runner runs rollouts against a set of environments.
+type Runner struct {
+	envs []Opener
+	gen  engine.Generator
+	chat ChatSpec
+	opts Options
+}
+
+// NewRunner builds a runner; envs are indexed by Task.Env.
+func NewRunner(envs []Opener, gen engine.Generator, chat ChatSpec, opts Options) (*Runner, error) {
+	switch {
+	case chat.Tokenizer == nil || chat.Template == nil:
+		return nil, fmt.Errorf("rollout: a tokenizer and a chat template are required")
+	case len(envs) == 0:
+		return nil, fmt.Errorf("rollout: no environments")
+	case opts.MaxCompletionTokens < 1:
+		return nil, fmt.Errorf("rollout: max completion tokens %d must be at least 1", opts.MaxCompletionTokens)
+	case opts.EpisodeTimeout <= 0 || opts.CallTimeout <= 0:
+		return nil, fmt.Errorf("rollout: episode and call timeouts must be positive")
+	}
+	if opts.MaxConcurrency < 1 {
+		opts.MaxConcurrency = 1
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 10 * time.Second
+	}
+	return &Runner{envs: envs, gen: gen, chat: chat, opts: opts}, nil
+}
+
+// RunAll runs every task, at most MaxConcurrency at once, and returns the
+// trajectories in task order. A failed rollout never fails the batch; the
+// caller decides from the outcomes. onDone (optional) is called as each
+// rollout finishes, for progress reporting.
+func (r *Runner) RunAll(ctx context.Context, tasks []Task, onDone func(*Trajectory)) []*Trajectory {
+	out := make([]*Trajectory, len(tasks))
+	sem := make(chan struct{}, r.opts.MaxConcurrency)
+	var wg sync.WaitGroup
+	for i, t := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out[i] = &Trajectory{Task: t, Outcome: OutcomeCanceled, Err: ctx.Err()}
+				if onDone != nil {
+					onDone(out[i])
+				}
+				return
+			}
+			defer func() { <-sem }()
+			out[i] = r.Run(ctx, t, r.opts.Seed+int64(i))
+			if onDone != nil {
+				onDone(out[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// Run runs one episode.
+func (r *Runner) Run(ctx context.Context, task Task, seed int64) *Trajectory {
+	start := time.Now()
+	tr := &Trajectory{Task: task}
+	defer func() { tr.Duration = time.Since(start) }()
+	if task.Env < 0 || task.Env >= len(r.envs) {
+		tr.Outcome, tr.Err = OutcomeEnvError, fmt.Errorf("task refers to env %d of %d", task.Env, len(r.envs))
+		return tr
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.EpisodeTimeout)
+	defer cancel()
+
+	sess, err := r.callEnv(ctx, tr, func(cctx context.Context) (Session, error) {
+		return r.envs[task.Env].OpenSession(cctx, ors.SessionSpec{Split: task.Split, Index: task.Index, Secrets: task.Secrets})
+	})
+	if err != nil {
+		r.fail(ctx, tr, fmt.Errorf("open session for %s task %d: %w", task.Split, task.Index, err))
+		return tr
+	}
+	defer r.closeSession(sess, tr)
+
+	ep := &episode{r: r, tr: tr, sess: sess, seed: seed}
+	if err := ep.run(ctx); err != nil {
+		r.fail(ctx, tr, err)
+	}
+	return tr
+}
+
+// callEnv runs one ORS call under the per-call deadline and adds its time.
+func (r *Runner) callEnv(ctx context.Context, tr *Trajectory, call func(context.Context) (Session, error)) (Session, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	t0 := time.Now()
+	s, err := call(cctx)
+	tr.EnvTime += time.Since(t0)
+	return s, err
+}
+
+func (r *Runner) fail(ctx context.Context, tr *Trajectory, err error) {
+	tr.Err = err
+	if tr.Outcome == "" || !tr.Outcome.Failed() {
+		tr.Outcome = classify(ctx, err)
+	}
+	r.opts.Logger.Debug().Err(err).Str("outcome", string(tr.Outcome)).Int("task", tr.Task.Index).Msg("rollout failed")
+}
+
+// closeSession always runs, with its own deadline, so cancelled runs still
+// release their sessions.
+func (r *Runner) closeSession(sess Session, tr *Trajectory) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
+	defer cancel()
+	if err := sess.Close(ctx); err != nil {
+		r.opts.Logger.Warn().Err(err).Int("task", tr.Task.Index).Msg("close ORS session")
+	}
+}
+
+// episode is the state of one running turn loop.
+type episode struct {
+	r     *Runner
+	tr    *Trajectory
+	sess  Session
+	conv  *chat.Conversation
+	tools []ors.ToolSpec
+	// keep is how many tokens of the conversation belong to the trajectory
+	// (a tool turn that overflowed the budget is cut off); -1 = all.
+	keep int
+	seed int64
+	done bool
+}
+
+func (e *episode) run(ctx context.Context) error {
+	r, tr := e.r, e.tr
+	prompt, tools, err := e.start(ctx)
+	if err != nil {
+		return err
+	}
+	tr.Prompt, e.tools, e.keep = prompt, tools, -1
+	conv, err := r.chat.newConversation(r.opts.SystemPrompt, prompt, tools)
+	if err != nil {
+		tr.Outcome = OutcomeEnvError
+		return fmt.Errorf("render prompt: %w", err)
+	}
+	e.conv = conv
+	promptLen := len(conv.PromptIDs())
+	defer e.snapshot(promptLen)
+	for iter := 0; ; iter++ {
+		ids := conv.IDs()
+		budget := r.opts.MaxCompletionTokens - (len(ids) - promptLen)
+		if budget <= 0 {
+			tr.Outcome = OutcomeTruncated
+			return nil
+		}
+		res, err := e.generate(ctx, ids, budget, iter)
+		if err != nil {
+			tr.Outcome = OutcomeGenError
+			if ctx.Err() != nil {
+				tr.Outcome = classify(ctx, ctx.Err())
+			}
+			return fmt.Errorf("generate turn %d: %w", iter, err)
+		}
+		msg, perr := conv.AppendSampled(res.IDs)
+		tr.Logprobs = append(tr.Logprobs, res.Logprobs...)
+		tr.Turns = append(tr.Turns, Turn{Role: "assistant", Text: r.chat.Tokenizer.Decode(res.IDs, false), ToolCalls: turnCalls(msg.ToolCalls)})
+		if res.StopReason == engine.StopLength {
+			tr.Outcome = OutcomeTruncated
+			if r.opts.FinalAnswerTool != "" {
+				return e.submitFinal(ctx, msg.Content, OutcomeTruncated)
+			}
+			return nil
+		}
+		if perr != nil {
+			tr.FormatErrors++
+		}
+		if len(msg.ToolCalls) == 0 && perr == nil {
+			return e.submitFinal(ctx, msg.Content, OutcomeStopped)
+		}
+		if iter >= r.opts.MaxToolIterations {
+			tr.Outcome = OutcomeIterations
+			return nil
+		}
+		results, err := e.callTools(ctx, msg.ToolCalls, perr)
+		if err != nil {
+			return err
+		}
+		if stop, err := e.appendResults(promptLen, results); stop || err != nil {
+			return err
+		}
+		if e.done {
+			tr.Outcome = OutcomeDone
+			return nil
+		}
+	}
+}
+
+// start reads the prompt and the session's own tools (task-scoped ones included).
+func (e *episode) start(ctx context.Context) (string, []ors.ToolSpec, error) {
+	var blocks []ors.Block
+	var tools []ors.ToolSpec
+	_, err := e.r.callEnv(ctx, e.tr, func(cctx context.Context) (Session, error) {
+		var err error
+		if blocks, err = e.sess.Prompt(cctx); err != nil {
+			return nil, fmt.Errorf("get prompt: %w", err)
+		}
+		if tools, err = e.sess.Tools(cctx); err != nil {
+			return nil, fmt.Errorf("list tools: %w", err)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	var texts []string
+	for _, b := range blocks {
+		if b.Type == "text" || b.Type == "" {
+			texts = append(texts, b.Text)
+		}
+	}
+	return strings.Join(texts, "\n"), tools, nil
+}
+
+func (e *episode) generate(ctx context.Context, ids []int32, budget, iter int) (engine.Result, error) {
+	t0 := time.Now()
+	defer func() { e.tr.GenTime += time.Since(t0) }()
+	seed := e.seed
+	if seed != 0 {
+		seed = seed*1000003 + int64(iter)
+	}
+	return e.r.gen.Generate(ctx, engine.Request{
+		PromptIDs: ids,
+		MaxTokens: budget,
+		Sampling:  e.r.opts.Sampling,
+		StopIDs:   e.r.chat.stopIDs(),
+		Seed:      seed,
+	})
+}
+
+// submitFinal handles a plain-text answer: it is submitted to the
+// final-answer tool when one is configured, else the episode simply ends.
+func (e *episode) submitFinal(ctx context.Context, content string, outcome Outcome) error {
+	e.tr.Outcome = outcome
+	tool := e.r.opts.FinalAnswerTool
+	if tool == "" {
+		return nil
+	}
+	args, _ := json.Marshal(map[string]string{e.finalAnswerArg(tool): strings.TrimSpace(content)})
+	if _, err := e.callTool(ctx, ToolCall{Name: tool, Arguments: args}); err != nil {
+		return err
+	}
+	if e.done && outcome != OutcomeTruncated {
+		e.tr.Outcome = OutcomeDone
+	}
+	return nil
+}
+
+// finalAnswerArg is the single string property of the final-answer tool's
+// schema ("answer" when the schema does not say).
+func (e *episode) finalAnswerArg(tool string) string {
+	for _, t := range e.tools {
+		if t.Name != tool {
+			continue
+		}
+		var schema struct {
+			Properties map[string]struct {
+				Type string `json:"type"`
+			} `json:"properties"`
+		}
+		if json.Unmarshal(t.InputSchema, &schema) != nil {
+			break
+		}
+		for name, p := range schema.Properties {
+			if len(schema.Properties) == 1 || p.Type == "string" {
+				return name
+			}
+		}
+	}
+	return "answer"
+}
+
+// callTools runs the model's calls in order. A parse error becomes one
+// Error: tool message; tool-level failures become Error: text for the model
+// and are counted; transport failures end the episode.
+func (e *episode) callTools(ctx context.Context, calls []ToolCall, perr error) ([]chat.ToolResult, error) {
+	results := make([]chat.ToolResult, 0, len(calls)+1)
+	for _, c := range calls {
+		res, err := e.callTool(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res)
+	}
+	if perr != nil {
+		// A malformed call is answered, not executed: the model sees why.
+		e.tr.ToolFailures++
+		results = append(results, chat.ToolResult{Name: "error", Content: errText(fmt.Errorf("could not parse your tool call: %w", perr))})
+	}
+	return results, nil
+}
+
+func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, error) {
+	tr := e.tr
+	tr.ToolCalls++
+	input := c.Arguments
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage("{}")
+	}
+	var out *ors.ToolOutput
+	_, err := e.r.callEnv(ctx, tr, func(cctx context.Context) (Session, error) {
+		var err error
+		out, err = e.sess.CallTool(cctx, c.Name, input)
+		return nil, err
+	})
+	var toolErr *ors.ToolCallError
+	var failed *ors.ToolFailedError
+	switch {
+	case errors.As(err, &toolErr), errors.As(err, &failed):
+		// The tool ran (or refused the input): the model sees the error.
+		tr.ToolFailures++
+		tr.Rewards = append(tr.Rewards, nil)
+		tr.Turns = append(tr.Turns, Turn{Role: "tool", Tool: c.Name, Error: err.Error()})
+		return chat.ToolResult{ToolCallID: c.ID, Name: c.Name, Content: errText(err)}, nil
+	case err != nil:
+		return chat.ToolResult{}, fmt.Errorf("call tool %s: %w", c.Name, err)
+	}
+	text := out.Text()
+	if text == "" {
+		text = "(no output)"
+	}
+	tr.Rewards = append(tr.Rewards, out.Reward)
+	tr.Turns = append(tr.Turns, Turn{Role: "tool", Tool: c.Name, Text: text, Reward: out.Reward, Finished: out.Finished})
+	if out.Finished {
+		e.done = true
+	}
+	return chat.ToolResult{ToolCallID: c.ID, Name: c.Name, Content: text}, nil
+}
+
+// appendResults renders the tool turn; if it would overflow the completion
+// budget the turn is cut off and the episode ends (TRL's overlong guard).
+func (e *episode) appendResults(promptLen int, results []chat.ToolResult) (stop bool, err error) {
+	before := len(e.conv.IDs())
+	ids, err := e.conv.AppendToolResults(results)
+	if err != nil {
+		e.tr.Outcome = OutcomeEnvError
+		return true, fmt.Errorf("render tool results: %w", err)
+	}
+	e.tr.Divergences = len(e.conv.Divergences())
+	if len(ids)-promptLen >= e.r.opts.MaxCompletionTokens {
+		e.keep = before
+		e.tr.Outcome = OutcomeBudget
+		if e.done {
+			e.tr.Outcome = OutcomeDone
+		}
+		return true, nil
+	}
+	e.tr.Logprobs = append(e.tr.Logprobs, make([]float32, len(ids)-before)...)
+	return false, nil
+}
+
+// snapshot copies the conversation's tokens and mask into the trajectory.
+func (e *episode) snapshot(promptLen int) {
+	ids := e.conv.IDs()
+	mask := e.conv.LossMask()
+	if e.keep >= 0 && e.keep < len(ids) {
+		ids, mask = ids[:e.keep], mask[:e.keep-promptLen]
+	}
+	e.tr.Tokens, e.tr.PromptLen = ids, promptLen
+	e.tr.LossMask = make([]uint8, len(mask))
+	for i, m := range mask {
+		e.tr.LossMask[i] = uint8(m)
+	}
+	if n := len(ids) - promptLen; len(e.tr.Logprobs) > n {
+		e.tr.Logprobs = e.tr.Logprobs[:n]
+	}
+}
