@@ -179,6 +179,16 @@ func stringMethod(s string, name string) Value {
 		return str(func([]Value) (Value, error) { return pyTitle(s), nil })
 	case "capitalize":
 		return str(func([]Value) (Value, error) { return pyCapitalize(s), nil })
+	}
+	return stringEditMethod(s, name)
+}
+
+// stringEditMethod implements replace, find, count, join and format.
+func stringEditMethod(s string, name string) Value {
+	str := func(f func(args []Value) (Value, error)) Value {
+		return builtinFunc(func(args []Value, _ map[string]Value) (Value, error) { return f(args) })
+	}
+	switch name {
 	case "replace":
 		return str(func(args []Value) (Value, error) {
 			if len(args) < 2 {

@@ -53,10 +53,6 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 			sortKeys = truthy(sv)
 		}
 		return toJSON(v, int(indent), sortKeys)
-	case "trim":
-		return pyStrip(toStr(v), args, true, true)
-	case "string":
-		return toStr(v), nil
 	case "length", "count":
 		return length(v)
 	case "list":
@@ -90,6 +86,25 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 			return def, nil
 		}
 		return v, nil
+	case "select", "reject", "selectattr", "rejectattr":
+		return selectFilter(name, v, args)
+	case "map":
+		return mapFilter(v, args, kwargs)
+	case "sort", "dictsort", "reverse", "sum", "min", "max":
+		return listFilter(name, v, args, kwargs)
+	case "unique":
+		return uniqueFilter(v)
+	}
+	return scalarFilter(name, v, args, kwargs)
+}
+
+// scalarFilter implements the filters on strings and numbers.
+func scalarFilter(name string, v Value, args []Value, kwargs map[string]Value) (Value, error) {
+	switch name {
+	case "trim":
+		return pyStrip(toStr(v), args, true, true)
+	case "string":
+		return toStr(v), nil
 	case "lower":
 		return strings.ToLower(toStr(v)), nil
 	case "upper":
@@ -125,30 +140,26 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 			return 0.0, nil
 		}
 		return f, nil
-	case "select", "reject", "selectattr", "rejectattr":
-		return selectFilter(name, v, args)
-	case "map":
-		return mapFilter(v, args, kwargs)
-	case "sort", "dictsort", "reverse", "sum", "min", "max":
-		return listFilter(name, v, args, kwargs)
 	case "round":
 		return roundFilter(v, args, kwargs)
 	case "indent":
 		return indentFilter(v, args, kwargs)
-	case "unique":
-		items, err := iterate(v)
-		if err != nil {
-			return nil, err
-		}
-		var out []Value
-		for _, it := range items {
-			if ok, _ := contains(out, it); !ok {
-				out = append(out, it)
-			}
-		}
-		return out, nil
 	}
 	return nil, fmt.Errorf("no filter named %q", name)
+}
+
+func uniqueFilter(v Value) (Value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	var out []Value
+	for _, it := range items {
+		if ok, _ := contains(out, it); !ok {
+			out = append(out, it)
+		}
+	}
+	return out, nil
 }
 
 func toIntFilter(v Value) Value {
@@ -294,54 +305,10 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 		}
 		return Undefined{}
 	}
+	if ok, known := typeTest(name, v); known {
+		return ok, nil
+	}
 	switch name {
-	case "defined":
-		_, undef := v.(Undefined)
-		return !undef, nil
-	case "undefined":
-		_, undef := v.(Undefined)
-		return undef, nil
-	case "none":
-		return v == nil, nil
-	case "string":
-		_, ok := v.(string)
-		return ok, nil
-	case "mapping":
-		_, ok := v.(*Dict)
-		return ok, nil
-	case "iterable":
-		switch v.(type) {
-		case string, []Value, Tuple, *Dict, Undefined:
-			return true, nil
-		}
-		return false, nil
-	case "sequence":
-		switch v.(type) {
-		case string, []Value, Tuple, *Dict:
-			return true, nil
-		}
-		return false, nil
-	case "number":
-		_, ok := toFloat(v)
-		return ok, nil
-	case "integer":
-		_, ok := v.(int64)
-		return ok, nil
-	case "float":
-		_, ok := v.(float64)
-		return ok, nil
-	case "boolean":
-		_, ok := v.(bool)
-		return ok, nil
-	case "true", "false":
-		b, ok := v.(bool)
-		return ok && b == (name == "true"), nil
-	case "callable":
-		switch v.(type) {
-		case builtinFunc, *macro:
-			return true, nil
-		}
-		return false, nil
 	case "equalto", "eq", "==", "sameas":
 		return equal(v, argAt(0)), nil
 	case "ne", "!=":
@@ -411,4 +378,59 @@ func jinjaTitle(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// typeTest implements the tests about a value's type; known is false for
+// other test names.
+func typeTest(name string, v Value) (ok, known bool) {
+	switch name {
+	case "defined":
+		_, undef := v.(Undefined)
+		return !undef, true
+	case "undefined":
+		_, undef := v.(Undefined)
+		return undef, true
+	case "none":
+		return v == nil, true
+	case "string":
+		_, ok := v.(string)
+		return ok, true
+	case "mapping":
+		_, ok := v.(*Dict)
+		return ok, true
+	case "iterable":
+		switch v.(type) {
+		case string, []Value, Tuple, *Dict, Undefined:
+			return true, true
+		}
+		return false, true
+	case "sequence":
+		switch v.(type) {
+		case string, []Value, Tuple, *Dict:
+			return true, true
+		}
+		return false, true
+	case "number":
+		_, ok := toFloat(v)
+		return ok, true
+	case "integer":
+		_, ok := v.(int64)
+		return ok, true
+	case "float":
+		_, ok := v.(float64)
+		return ok, true
+	case "boolean":
+		_, ok := v.(bool)
+		return ok, true
+	case "true", "false":
+		b, ok := v.(bool)
+		return ok && b == (name == "true"), true
+	case "callable":
+		switch v.(type) {
+		case builtinFunc, *macro:
+			return true, true
+		}
+		return false, true
+	}
+	return false, false
 }

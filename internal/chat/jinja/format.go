@@ -235,19 +235,7 @@ func listFilter(name string, v Value, args []Value, kwargs map[string]Value) (Va
 	}
 	switch name {
 	case "reverse":
-		if s, ok := v.(string); ok {
-			rs := []rune(s)
-			for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
-				rs[i], rs[j] = rs[j], rs[i]
-			}
-			return string(rs), nil
-		}
-		items, err := iterate(v)
-		out := make([]Value, len(items))
-		for i, it := range items {
-			out[len(items)-1-i] = it
-		}
-		return out, err
+		return reverseFilter(v)
 	case "dictsort":
 		d, ok := v.(*Dict)
 		if !ok {
@@ -356,4 +344,20 @@ func indentFilter(v Value, args []Value, kwargs map[string]Value) (Value, error)
 		out = indent + out
 	}
 	return out, nil
+}
+
+func reverseFilter(v Value) (Value, error) {
+	if s, ok := v.(string); ok {
+		rs := []rune(s)
+		for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
+			rs[i], rs[j] = rs[j], rs[i]
+		}
+		return string(rs), nil
+	}
+	items, err := iterate(v)
+	out := make([]Value, len(items))
+	for i, it := range items {
+		out[len(items)-1-i] = it
+	}
+	return out, err
 }
