@@ -193,3 +193,17 @@ func TestKeysCoverTags(t *testing.T) {
 	assert.Contains(t, keys, "grpo.lora.r")
 	assert.Equal(t, "ORTRAIN_GRPO_LEARNING_RATE", EnvVarFor("grpo.learning_rate"))
 }
+
+func TestYAMLRoundTrip(t *testing.T) {
+	cfg := Default()
+	cfg.Model = "/m"
+	cfg.Envs = []EnvConfig{{Target: "builtin:letters", Split: "train", Weight: 1, Secrets: map[string]string{"K": "v"}}}
+	b, err := cfg.YAML()
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "episode_timeout: 10m0s")
+	back, err := Load(Source{Data: b})
+	require.NoError(t, err)
+	assert.Equal(t, cfg.GRPO, back.GRPO)
+	assert.Equal(t, cfg.Rollout, back.Rollout)
+	assert.Equal(t, cfg.Envs, back.Envs)
+}

@@ -312,3 +312,42 @@ func deepCopy(v any) any {
 	}
 	return v
 }
+
+// YAML renders the configuration with its config-file keys, for
+// --print-config and the run directory's config.yaml.
+func (c *Config) YAML() ([]byte, error) {
+	return yaml.Marshal(toDoc(reflect.ValueOf(*c)))
+}
+
+// toDoc turns a config value into nested maps keyed by mapstructure tags.
+func toDoc(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Struct:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+		out := map[string]any{}
+		for i := 0; i < v.NumField(); i++ {
+			tag := v.Type().Field(i).Tag.Get("mapstructure")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			out[tag] = toDoc(v.Field(i))
+		}
+		return out
+	case reflect.Slice:
+		if v.IsNil() {
+			return nil
+		}
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = toDoc(v.Index(i))
+		}
+		return out
+	case reflect.Int64:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+	}
+	return v.Interface()
+}
