@@ -179,6 +179,13 @@ func openTarget(ctx context.Context, target string, getenv func(string) string, 
 // checkSplit fails with the list of valid splits when split is unknown.
 func checkSplit(ctx context.Context, c *ors.Client, target, split string) error {
 	splits, err := c.Splits(ctx)
+	var nf *ors.NotFoundError
+	if errors.As(err, &nf) && nf.What == "route" {
+		if names, lerr := c.ListEnvironments(ctx); lerr == nil {
+			return fmt.Errorf("environment %s not found (this server serves: %s; use %s/NAME): %w",
+				target, strings.Join(names, ", "), c.BaseURL(), err)
+		}
+	}
 	if err != nil {
 		return targetError(target, err)
 	}

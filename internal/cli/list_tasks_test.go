@@ -129,7 +129,7 @@ func TestListTasksErrors(t *testing.T) {
 		{"catalog host from env", []string{"--env", "Owner/Env"}, map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": unauthorized.URL}, ExitError,
 			[]string{"authentication failed at " + unauthorized.URL}},
 		{"unknown env path", []string{"--env", "URL/nosuchenv"}, nil, ExitError,
-			[]string{"environment", "not found"}},
+			[]string{"environment", "not found (this server serves: echoenvironment; use http://127.0.0.1:"}},
 		{"bad target", []string{"--env", "a/b/c"}, nil, ExitUsage,
 			[]string{"neither a URL"}},
 	}
