@@ -91,3 +91,39 @@ func BenchmarkRenderQwen3Conversation(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConversationToolTurn measures one AppendSampled +
+// AppendToolResults on a Qwen2.5 conversation that already holds 10 tool
+// turns (each tool turn re-renders and re-encodes the history to verify it).
+func BenchmarkConversationToolTurn(b *testing.B) {
+	tok := loadFixture(b, "qwen2.5")
+	tmpl, err := tok.Template("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewConversation(tok, tmpl, "Plan a trip.", ConversationOptions{System: "Be brief.", Tools: weatherTools})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sampled := tok.Encode("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>")
+	result := []ToolResult{{Name: "get_weather", Content: `{"temp_c": 21, "sky": "clear", "wind_kph": 12}`}}
+	for range 10 {
+		if _, err := c.AppendSampled(sampled); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.AppendToolResults(result); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		turn := *c
+		turn.messages, turn.ids, turn.mask = c.Messages(), c.IDs(), append([]int8(nil), c.mask...)
+		if _, err := turn.AppendSampled(sampled); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := turn.AppendToolResults(result); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(c.IDs())), "history-tokens")
+}

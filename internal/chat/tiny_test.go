@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -191,4 +192,81 @@ func TestDecodeLikeTransformersCleanUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "I don't know, really.", tok.DecodeLikeTransformers(ids, false))
 	assert.Equal(t, "I do n't know , really .", tok.Decode(ids, false))
+}
+
+// A Mistral Nemo style model: [TOOL_CALLS] JSON with model-written ids,
+// [TOOL_RESULTS] answers, no generation prompt.
+func TestConversationMistralByteModel(t *testing.T) {
+	specials := []string{"<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+		"[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"}
+	dir := writeByteModel(t, "bytelevel", specials, "llama.cpp/mistralai-Mistral-Nemo-Instruct-2407.jinja", "</s>", "<unk>")
+	tok, err := LoadTokenizer(dir)
+	require.NoError(t, err)
+	tmpl, err := NewTemplate(mustTemplate(t, tok), map[string]string{"bos_token": "<s>", "eos_token": "</s>"}, nil)
+	require.NoError(t, err)
+	c, err := NewConversation(tok, tmpl, "Weather in Oslo?", ConversationOptions{Tools: weatherTools, Policy: RequireExact})
+	require.NoError(t, err)
+	assert.Equal(t, FormatMistral, c.Format())
+	sampled := tok.Encode(`[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "a1b2c3d4e"}]</s>`)
+	msg, err := c.AppendSampled(sampled)
+	require.NoError(t, err)
+	require.Len(t, msg.ToolCalls, 1)
+	assert.Equal(t, "a1b2c3d4e", msg.ToolCalls[0].ID, "the model's call id is kept")
+	before := len(c.IDs())
+	next, err := c.AppendToolResults([]ToolResult{{ToolCallID: msg.ToolCalls[0].ID, Name: "get_weather", Content: "cold"}})
+	require.NoError(t, err)
+	assert.Equal(t, `[TOOL_RESULTS]{"content": cold, "call_id": "a1b2c3d4e"}[/TOOL_RESULTS]`, tok.Decode(next[before:], false))
+	assert.Empty(t, c.Divergences())
+}
+
+func mustTemplate(t *testing.T, tok *Tokenizer) string {
+	t.Helper()
+	src, ok := tok.ChatTemplate("")
+	require.True(t, ok)
+	return src
+}
+
+// A Llama 2 / Mistral v0.3 style tokenizer.json: Metaspace pre-tokenizer
+// (prepend_scheme first), BPE with byte fallback, Replace+ByteFallback+
+// Fuse+Strip decoder.
+func TestMetaspaceByteFallbackTokenizer(t *testing.T) {
+	vocab := map[string]int{"<unk>": 0, "<s>": 1, "</s>": 2}
+	for b := 0; b < 256; b++ {
+		vocab[fmt.Sprintf("<0x%02X>", b)] = 3 + b
+	}
+	for _, tokStr := range []string{"▁", "H", "e", "l", "o", "w", "r", "d", "▁H", "ll", "▁He", "▁Hell", "▁Hello", "▁w", "or", "▁wor", "ld", "▁world"} {
+		vocab[tokStr] = len(vocab)
+	}
+	merges := []string{"▁ H", "l l", "▁H e", "▁He ll", "▁Hell o", "▁ w", "o r", "▁w or", "l d", "▁wor ld"}
+	tj := map[string]any{
+		"added_tokens": []any{
+			map[string]any{"id": 1, "content": "<s>", "special": true},
+			map[string]any{"id": 2, "content": "</s>", "special": true},
+		},
+		"normalizer":    nil,
+		"pre_tokenizer": map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+		"decoder": map[string]any{"type": "Sequence", "decoders": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": "▁"}, "content": " "},
+			map[string]any{"type": "ByteFallback"}, map[string]any{"type": "Fuse"},
+			map[string]any{"type": "Strip", "content": " ", "start": 1, "stop": 0},
+		}},
+		"model": map[string]any{"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true, "vocab": vocab, "merges": merges},
+	}
+	dir := t.TempDir()
+	data, err := json.Marshal(tj)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644))
+	tok, err := LoadTokenizer(dir)
+	require.NoError(t, err)
+
+	id := func(s string) int32 { return int32(vocab[s]) }
+	assert.Equal(t, []int32{id("▁Hello"), id("▁world")}, tok.Encode("Hello world"))
+	assert.Equal(t, "Hello world", tok.Decode(tok.Encode("Hello world"), false))
+	// After an added token the segment is not first: no ▁ is prepended;
+	// "i" is not in the vocabulary and falls back to its byte.
+	assert.Equal(t, []int32{1, id("H"), id("<0x69>")}, tok.Encode("<s>Hi"))
+	ids := tok.Encode("Hé")
+	assert.Equal(t, []int32{id("▁H"), id("<0xC3>"), id("<0xA9>")}, ids)
+	assert.Equal(t, "Hé", tok.Decode(ids, false))
+	assert.Equal(t, "H\uFFFD", tok.Decode(ids[:2], false), "a cut UTF-8 sequence decodes to U+FFFD per byte")
 }
