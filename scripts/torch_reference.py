@@ -4,7 +4,7 @@ Llama / Qwen2 / Qwen3 decoder (same semantics as transformers' modeling code)
 used to check and benchmark ortrain's libtorch worker without transformers.
 
   torch_reference.py logprobs MODEL_DIR ROWS_JSON     # rows: [{"tokens":[...],"prompt_len":P}], prints logprobs JSON
-  torch_reference.py bench MODEL_DIR --rows R --len L --steps S --threads N  # forward+backward tokens/s
+  torch_reference.py bench MODEL_DIR --rows R --prompt P --completion C --steps S --threads N  # forward+backward tokens/s
   torch_reference.py write-fixture OUT_DIR --arch qwen3|llama                # a micro checkpoint + expected log-probs
 
 Reads safetensors without the safetensors package (header JSON + raw bytes).
@@ -147,8 +147,9 @@ def bench(args):
     opt = torch.optim.AdamW(list(w.values()), lr=1e-5)
     V = cfg["vocab_size"]
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, V, (args.rows, args.len), generator=g)
-    P = args.len // 4
+    seq = args.prompt + args.completion
+    ids = torch.randint(0, V, (args.rows, seq), generator=g)
+    P = args.prompt
     times = []
     for step in range(args.steps + 1):
         t0 = time.perf_counter()
@@ -160,8 +161,10 @@ def bench(args):
         opt.zero_grad()
         if step > 0:  # the first step warms up
             times.append(time.perf_counter() - t0)
-    tok = args.rows * args.len * args.steps
-    print(json.dumps({"train_tokens_per_s": tok / sum(times)}))
+    import resource
+    tok = args.rows * seq * args.steps
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"train_tokens_per_s": tok / sum(times), "train_step_s": sum(times) / len(times), "peak_rss_mib": rss}))
 
 
 def write_fixture(args):
@@ -217,7 +220,8 @@ def main():
     b = sub.add_parser("bench")
     b.add_argument("model")
     b.add_argument("--rows", type=int, default=4)
-    b.add_argument("--len", type=int, default=128)
+    b.add_argument("--prompt", type=int, default=32)
+    b.add_argument("--completion", type=int, default=96)
     b.add_argument("--steps", type=int, default=3)
     b.add_argument("--threads", type=int, default=os.cpu_count())
     c = sub.add_parser("write-fixture")

@@ -219,8 +219,17 @@ int ort_model_new(const ort_arch* arch, const ort_model_options* opts, ort_model
       throw std::runtime_error("device " + m.device_str + " is not available (CUDA devices: " +
                                std::to_string(at::detail::getCUDAHooks().getNumGPUs()) + ")");
     }
+    if (m.device.is_cuda() && opts->lora_dropout > 0 && opts->grad_checkpointing) {
+      throw std::runtime_error("lora_dropout > 0 with gradient checkpointing is supported on CPU only (recomputation must replay the dropout masks)");
+    }
     m.dtype = scalar_type(opts->dtype);
     if (m.dtype == at::kLong) throw std::runtime_error("dtype int64 is not a model dtype");
+#if !ORT_TORCH_AT_LEAST(2, 1)
+    if (m.dtype == at::kHalf && !m.device.is_cuda()) {
+      throw std::runtime_error("dtype float16 on CPU needs libtorch >= 2.1 (this is " + std::to_string(TORCH_VERSION_MAJOR) + "." +
+                               std::to_string(TORCH_VERSION_MINOR) + "); use float32 or bfloat16");
+    }
+#endif
     if (opts->threads > 0) at::set_num_threads(opts->threads);
     m.gen = at::detail::createCPUGenerator(static_cast<uint64_t>(opts->seed));
     for (const auto& e : ort::expected_weights(a)) m.names.push_back(e.first);

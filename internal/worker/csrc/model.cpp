@@ -209,7 +209,10 @@ static at::Tensor linear(const Model& m, const Lin& l, const at::Tensor& x, bool
     auto xd = x;
     const double p = m.opts.lora_dropout;
     if (p > 0 && m.training) {
-      auto keep = at::empty_like(x).bernoulli_(1 - p, const_cast<Model&>(m).gen);
+      // The model's CPU generator makes masks reproducible (and replayable
+      // under activation recomputation); CUDA tensors use the device RNG.
+      auto keep = x.is_cuda() ? at::empty_like(x).bernoulli_(1 - p)
+                              : at::empty_like(x).bernoulli_(1 - p, const_cast<Model&>(m).gen);
       xd = x * keep / (1 - p);
     }
     y = y + at::linear(at::linear(xd, l.lora_a), l.lora_b) * m.lora_scale;
@@ -255,13 +258,25 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   }
   const int64_t Lk = k.size(2), g = nh / nkv;
   // Causal by position; right padding means real tokens never see padding.
-  auto allowed = key_pos.view({B, 1, 1, 1, Lk}).le(c.pos.view({B, 1, 1, L, 1}));
-  auto q5 = q.reshape({B, nkv, g, L, hd});
-  auto scores = at::matmul(q5, k.unsqueeze(2).transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+  auto allowed = key_pos.view({B, 1, 1, Lk}).le(c.pos.view({B, 1, L, 1}));  // [B, 1, L, Lk]
+#if ORT_TORCH_AT_LEAST(2, 0)
+  // Fused attention (flash / memory-efficient kernels on CUDA); GQA by
+  // expanding k/v to the query heads.
+  auto heads = [&](const at::Tensor& t) {
+    return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
+  };
+  auto out = c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
+                                : at::scaled_dot_product_attention(q, heads(k), heads(v), allowed, 0.0, false);
+  out = out.transpose(1, 2).reshape({B, L, nh * hd});
+#else
+  // GQA without copying k/v: the g query heads of each kv head become rows.
+  auto q4 = q.reshape({B, nkv, g * L, hd});
+  auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk}) / std::sqrt(static_cast<double>(hd));
   const auto sdt = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  scores = scores.to(sdt).masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  auto probs = at::softmax(scores, -1).to(q.scalar_type());
-  auto out = at::matmul(probs, v.unsqueeze(2)).reshape({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
+  scores = scores.to(sdt).masked_fill(allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
+  auto probs = at::softmax(scores, -1).to(q.scalar_type()).view({B, nkv, g * L, Lk});
+  auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
+#endif
   return linear(*c.m, c.w->o, out, c.lora_on);
 }
 

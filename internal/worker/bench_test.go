@@ -1,0 +1,64 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+)
+
+// benchRows are 4 rows of 32 prompt + 96 completion tokens.
+func benchRows() grpo.MicroBatch {
+	rng := rand.New(rand.NewPCG(1, 2))
+	rows := make([]grpo.Row, 4)
+	for i := range rows {
+		toks := make([]int32, 128)
+		for j := range toks {
+			toks[j] = int32(rng.IntN(300))
+		}
+		mask := make([]uint8, 96)
+		for j := range mask {
+			mask[j] = 1
+		}
+		rows[i] = grpo.Row{Tokens: toks, PromptLen: 32, LossMask: mask, Advantage: float32(rng.NormFloat64())}
+	}
+	return grpo.MicroBatch{Rows: rows, RoundTokens: 384, GradAccumSteps: 1}
+}
+
+// BenchmarkTrainStep is one dapo forward/backward plus AdamW step on the
+// tiny preset (512 tokens per op).
+func BenchmarkTrainStep(b *testing.B) {
+	m := loadTiny(b, ModelOptions{})
+	mb := benchRows()
+	cfg := grpo.DefaultLossConfig()
+	cfg.ISCorrection = grpo.ISCorrectionOff
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkSample decodes 4 rows x 64 new tokens on the tiny preset.
+func BenchmarkSample(b *testing.B) {
+	m := loadTiny(b, ModelOptions{})
+	reqs := make([]SampleRequest, 4)
+	for i := range reqs {
+		reqs[i] = SampleRequest{PromptIDs: benchRows().Rows[i].Tokens[:32], MaxNewTokens: 64, Temperature: 1, Seed: int64(i)}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := m.Sample(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(4*64*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
