@@ -53,7 +53,7 @@ type ModelOptions struct {
 	Device string
 	// DType is float32 (default on CPU), bfloat16, float16 or float64; empty
 	// on CUDA means the checkpoint's torch_dtype.
-	DType   string
+	DType string
 	// Threads is libtorch's intra-op thread count; 0 means one per CPU
 	// (libtorch itself would default to 1 here).
 	Threads int
