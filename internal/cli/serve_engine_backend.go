@@ -59,24 +59,7 @@ func (b *workerServeBackend) SampleBatch(ctx context.Context, adapter string, re
 	} else if b.loraInfo == nil && adapter != "" {
 		return nil, fmt.Errorf("adapter %q requested but serve-engine runs without --enable-lora", adapter)
 	}
-	sreqs := make([]worker.SampleRequest, len(reqs))
-	for i, r := range reqs {
-		sreqs[i] = worker.SampleRequest{PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens, Temperature: r.Sampling.Temperature,
-			TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP, StopIDs: r.StopIDs, Seed: r.Seed}
-	}
-	res, err := b.m.Sample(ctx, sreqs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]engine.Result, len(res))
-	for i, r := range res {
-		stop := engine.StopLength
-		if r.StopReason == worker.StopToken {
-			stop = engine.StopToken
-		}
-		out[i] = engine.Result{IDs: r.IDs, Logprobs: r.Logprobs, StopReason: stop}
-	}
-	return out, nil
+	return engine.WorkerSampler{Model: b.m}.SampleBatch(ctx, reqs)
 }
 
 // install writes adapter's tensors into the worker's slot; modules the

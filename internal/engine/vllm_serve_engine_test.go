@@ -65,29 +65,6 @@ type buildError struct {
 
 func (e *buildError) Error() string { return "build ortrain: " + e.err.Error() + "\n" + e.out }
 
-// workerSampler is the builtin engine's view of a worker model.
-type workerSampler struct{ m *worker.Model }
-
-func (s workerSampler) SampleBatch(ctx context.Context, reqs []Request) ([]Result, error) {
-	sreqs := make([]worker.SampleRequest, len(reqs))
-	for i, r := range reqs {
-		sreqs[i] = worker.SampleRequest{PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens, Temperature: r.Sampling.Temperature,
-			TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP, StopIDs: r.StopIDs, Seed: r.Seed}
-	}
-	res, err := s.m.Sample(ctx, sreqs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Result, len(res))
-	for i, r := range res {
-		out[i] = Result{IDs: r.IDs, Logprobs: r.Logprobs, StopReason: StopLength}
-		if r.StopReason == worker.StopToken {
-			out[i].StopReason = StopToken
-		}
-	}
-	return out, nil
-}
-
 func tinyModel(t *testing.T, seed int64) string {
 	dir := filepath.Join(t.TempDir(), "tiny")
 	p, ok := model.PresetByName("tiny")
@@ -173,9 +150,9 @@ func TestServeEngineFullSync(t *testing.T) {
 	v := launchServeEngine(t, bin, libPath, dir1, 2, nil, SyncFull, export)
 	t.Cleanup(func() { holdOnce.Do(func() { close(hold) }) })
 
-	ref1 := NewBuiltin(workerSampler{loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir1})}, BuiltinOptions{MaxBatch: 1})
+	ref1 := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir1})}, BuiltinOptions{MaxBatch: 1})
 	defer ref1.Close()
-	ref2 := NewBuiltin(workerSampler{loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir2})}, BuiltinOptions{MaxBatch: 1})
+	ref2 := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir2})}, BuiltinOptions{MaxBatch: 1})
 	defer ref2.Close()
 	before := assertSameSamples(t, v, ref1, "initial weights")
 
@@ -238,7 +215,7 @@ func TestServeEngineLoRASync(t *testing.T) {
 	trainer := loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir, LoRA: loraOpts})
 	v := launchServeEngine(t, bin, libPath, dir, 1, &vllm.LoRALaunch{MaxRank: 8, MaxLoras: 2}, SyncLoRA, trainer.SavePEFT)
 
-	base := NewBuiltin(workerSampler{loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir})}, BuiltinOptions{MaxBatch: 1})
+	base := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir})}, BuiltinOptions{MaxBatch: 1})
 	defer base.Close()
 	before := assertSameSamples(t, v, base, "base model")
 
@@ -247,7 +224,7 @@ func TestServeEngineLoRASync(t *testing.T) {
 		randomizeLoRA(t, trainer, rng)
 		require.NoError(t, v.SyncWeights(context.Background(), version))
 		assert.Equal(t, "policy-v"+itoa(version), v.Model())
-		ref := NewBuiltin(workerSampler{trainer}, BuiltinOptions{MaxBatch: 1})
+		ref := NewBuiltin(WorkerSampler{Model: trainer}, BuiltinOptions{MaxBatch: 1})
 		after := assertSameSamples(t, v, ref, "adapter v"+itoa(version))
 		ref.Close()
 		assert.NotEqual(t, before[0].Logprobs, after[0].Logprobs)
