@@ -19,7 +19,7 @@ const (
 	LossDrGRPO LossType = 3 // PPO clip, normalised by B * max_completion_length
 	LossCISPO  LossType = 4 // -sg(min(w, eps_high)) * A * logp
 	LossSAPO   LossType = 5 // soft gate sigma(k(w-1)) * 4/k
-	LossLUSPO  LossType = 6 // sequence-level, weighted by sequence length
+	LossLUSPO  LossType = 6 // (1/B) sum_i l_i |o_i| / GA; meant for sequence level (token level: padding is not averaged in, unlike TRL)
 	LossVESPO  LossType = 7 // -phi(W) * A * logp, phi detached
 )
 
