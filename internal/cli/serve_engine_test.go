@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/vllm"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+func TestServeEngineFlags(t *testing.T) {
+	deps := SystemDeps()
+	deps.IO, _, _ = TestIO()
+	var got *ServeEngineOptions
+	cmd := newServeEngineCmd(deps, func(_ context.Context, o *ServeEngineOptions) error { got = o; return nil })
+	// The command line the supervisor builds for vllm serve.
+	cmd.SetArgs(strings.Fields("/models/tiny --host 127.0.0.1 --port 8100 --logprobs-mode processed_logprobs --generation-config vllm " +
+		"--tensor-parallel-size 1 --disable-uvicorn-access-log --gpu-memory-utilization 0.5 --max-model-len 512 --enable-lora --max-lora-rank 32 --max-loras 2"))
+	require.NoError(t, cmd.Execute())
+	require.NotNil(t, got)
+	assert.Equal(t, "/models/tiny", got.Model)
+	assert.Equal(t, 8100, got.Port)
+	assert.Equal(t, 512, got.MaxModelLen)
+	assert.True(t, got.EnableLoRA)
+	assert.Equal(t, 32, got.MaxLoRARank)
+}
+
+func TestServeEngineUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"serve-engine"}, "no model"},
+		{[]string{"serve-engine", "a", "--model", "b"}, "the model is given twice"},
+		{[]string{"serve-engine", "m", "--logprobs-mode", "raw_logprobs"}, "processed_logprobs only"},
+		{[]string{"serve-engine", "m", "--generation-config", "auto"}, "supports only vllm"},
+		{[]string{"serve-engine", "m", "--enable-lora", "--max-lora-rank", "0"}, "--max-lora-rank 0"},
+		{[]string{"serve-engine", "m", "--port", "70000"}, "is not a port"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, errOut := runCLI(t, tt.args...)
+			assert.Equal(t, ExitUsage, code, errOut)
+			assert.Contains(t, errOut, tt.msg)
+		})
+	}
+}
+
+// TestPadLoRA: a rank-r adapter widened to the slot's rank R reproduces
+// scale·B·A with the slot's scale of 1.
+func TestPadLoRA(t *testing.T) {
+	a := model.Tensor{Name: "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType: model.BF16, Shape: []int64{2, 3},
+		Data: model.EncodeBF16([]float32{1, 2, 3, 4, 5, 6})}
+	b := model.Tensor{Name: "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", DType: model.F32, Shape: []int64{2, 2},
+		Data: model.EncodeF32([]float32{1, -1, 0.5, 2})}
+	slotA := worker.TensorInfo{Name: a.Name, DType: model.F32, Shape: []int64{4, 3}}
+	slotB := worker.TensorInfo{Name: b.Name, DType: model.F32, Shape: []int64{2, 4}}
+	pa, err := padLoRA(a, slotA, 2, 4, 4)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0}, model.DecodeF32(pa.Data))
+	pb, err := padLoRA(b, slotB, 2, 4, 4)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{4, -4, 0, 0, 2, 8, 0, 0}, model.DecodeF32(pb.Data), "B carries the adapter's alpha/r")
+	_, err = padLoRA(b, slotB, 3, 4, 1)
+	assert.ErrorContains(t, err, "want [2 3] for rank 3")
+}
+
+// TestServeEngineCommand serves the tiny model through the real worker:
+// the URL is printed on stdout, /v1/models and a completion answer, and an
+// interrupt stops it with exit code 0.
+func TestServeEngineCommand(t *testing.T) {
+	libPath, searched, err := worker.FindLibrary("", os.Getenv)
+	if err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_WORKER") != "" {
+			t.Fatalf("ORTRAIN_REQUIRE_WORKER is set but the worker library is missing: %v (searched %v)", err, searched)
+		}
+		t.Skipf("worker library not built (run scripts/build-worker.sh): %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(t, model.InitOverwrite(dir, p, 1))
+
+	deps := SystemDeps()
+	outR, outW := io.Pipe()
+	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: outW, ErrOut: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	codeCh := make(chan int, 1)
+	go func() {
+		codeCh <- Execute(ctx, deps, []string{"serve-engine", "--model", dir, "--port", "0", "--threads", "1", "--worker-lib", libPath, "--served-model-name", "policy"})
+		outW.Close()
+	}()
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	require.NoError(t, err)
+	url := strings.TrimSpace(line)
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), url)
+	go io.Copy(io.Discard, outR)
+
+	c, err := vllm.NewClient(url, nil)
+	require.NoError(t, err)
+	card, err := vllm.Probe(context.Background(), c, vllm.Needs{FullSync: true})
+	require.NoError(t, err)
+	assert.Equal(t, "policy", card.ID)
+	assert.Equal(t, dir, card.Root)
+	assert.Equal(t, 2048, card.MaxModelLen)
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"policy","prompt":[72,105],"max_tokens":5,"n":2,"seed":1,"logprobs":0,"return_token_ids":true,"ignore_eos":true}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	var cr vllm.CompletionResponse
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&cr))
+	require.NoError(t, cr.Validate(2))
+	assert.Len(t, cr.Choices[0].TokenIDs, 5)
+	assert.NotEmpty(t, cr.Choices[0].Text, "text is decoded with the model's tokenizer")
+
+	cancel()
+	select {
+	case code := <-codeCh:
+		assert.Equal(t, ExitOK, code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve-engine did not stop")
+	}
+}

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/model"
+)
+
+// syncBuffer is a bytes.Buffer safe for the supervisor's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestServeVLLMFlags(t *testing.T) {
+	tests := []struct {
+		args  []string
+		check func(t *testing.T, o *ServeVLLMOptions)
+	}{
+		{[]string{"--model", "m", "--gpus", "2,3"}, func(t *testing.T, o *ServeVLLMOptions) {
+			assert.Equal(t, "2,3", o.GPUs)
+			assert.Equal(t, 1, o.TensorParallel)
+			assert.Equal(t, 8000, o.Port)
+			assert.Equal(t, "vllm serve", o.Command)
+			assert.Empty(t, o.ExtraArgs)
+		}},
+		{[]string{"--model", "m", "--gpus", "2,3", "--tensor-parallel-size", "2", "--replicas", "1", "--port", "9000", "--", "--enforce-eager", "--max-num-seqs", "64"},
+			func(t *testing.T, o *ServeVLLMOptions) {
+				assert.Equal(t, 2, o.TensorParallel)
+				assert.Equal(t, 1, o.Replicas)
+				assert.Equal(t, 9000, o.Port)
+				assert.Equal(t, []string{"--enforce-eager", "--max-num-seqs", "64"}, o.ExtraArgs)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			deps := SystemDeps()
+			deps.IO, _, _ = TestIO()
+			var got *ServeVLLMOptions
+			cmd := newServeVLLMCmd(deps, func(_ context.Context, o *ServeVLLMOptions) error { got = o; return nil })
+			cmd.SetArgs(tt.args)
+			require.NoError(t, cmd.Execute())
+			require.NotNil(t, got)
+			tt.check(t, got)
+		})
+	}
+}
+
+func TestServeVLLMUsageErrors(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(t, model.InitOverwrite(dir, p, 1))
+	tests := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"serve-vllm"}, "--model is required"},
+		{[]string{"serve-vllm", "--model", dir, "--gpus", "2,2"}, "GPU 2 is listed twice"},
+		{[]string{"serve-vllm", "--model", dir, "--gpus", "1,2,3", "--tensor-parallel-size", "2"}, "do not split into 1 replica(s) × tensor parallel size 2"},
+		{[]string{"serve-vllm", "--model", dir, "--gpus", "a"}, "--gpus"},
+		{[]string{"serve-vllm", "--model", dir, "stray"}, "extra vllm serve args go after --"},
+		{[]string{"serve-vllm", "--model", filepath.Join(dir, "missing")}, "--model"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, errOut := runCLI(t, tt.args...)
+			assert.Equal(t, ExitUsage, code, errOut)
+			assert.Contains(t, errOut, tt.msg)
+		})
+	}
+}
+
+// TestServeVLLMSupervisesUntilInterrupted runs the command over two toy
+// replicas (the serve-engine HTTP layer over a pure-Go sampler): it prints
+// each replica's URL when ready, and on interrupt stops them all.
+func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "toyserver")
+	out, err := exec.Command("go", "build", "-o", bin, "../vllm/testdata/toyserver").CombinedOutput()
+	require.NoError(t, err, string(out))
+	dir := filepath.Join(t.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(t, model.InitOverwrite(dir, p, 1))
+
+	deps := SystemDeps()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: stdout, ErrOut: stderr}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	codeCh := make(chan int, 1)
+	go func() {
+		codeCh <- Execute(ctx, deps, []string{"serve-vllm", "--model", dir, "--replicas", "2", "--port", "0", "--command", bin,
+			"--log-dir", t.TempDir(), "--stop-grace", "5s", "--log-format", "json"})
+	}()
+	ready := regexp.MustCompile(`(?m)^replica (\d) ready (http://127\.0\.0\.1:\d+) gpus= restarts=0$`)
+	require.Eventually(t, func() bool { return len(ready.FindAllString(stdout.String(), -1)) == 2 }, time.Minute, 20*time.Millisecond, stdout.String()+stderr.String())
+	var urls []string
+	for _, m := range ready.FindAllStringSubmatch(stdout.String(), -1) {
+		urls = append(urls, m[2])
+		resp, err := http.Get(m[2] + "/v1/models")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, 200, resp.StatusCode)
+	}
+	cancel()
+	select {
+	case code := <-codeCh:
+		assert.Equal(t, ExitOK, code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve-vllm did not stop on interrupt")
+	}
+	assert.Regexp(t, `(?m)^replica 0 stopped `, stdout.String())
+	assert.Regexp(t, `(?m)^replica 1 stopped `, stdout.String())
+	for _, u := range urls {
+		_, err := http.Get(u + "/health")
+		assert.Error(t, err, "%s still answers after stop", u)
+	}
+}
