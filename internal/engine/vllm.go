@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/backoff"
+	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -507,3 +508,64 @@ func StartVLLM(ctx context.Context, l VLLMLaunch, opts VLLMOptions) (*VLLM, erro
 
 // Supervisor is the supervisor of launched replicas (nil for URLs).
 func (v *VLLM) Supervisor() *vllm.Supervisor { return v.supervisor }
+
+// VLLMRun is what `ortrain run` with engine.kind vllm needs to build the
+// backend. The first block comes from the config as it is; the second from
+// keys proposed for engine (named in parentheses; zero values pick the
+// defaults shown).
+type VLLMRun struct {
+	Engine      config.EngineConfig
+	ModelDir    string             // the resolved model directory replicas load
+	TrainerGPUs []int              // worker.gpus: vLLM must not use them unless Colocate
+	LoRA        *config.LoRAConfig // non-nil when grpo.lora.enabled: adapters are synced, not full weights
+	RunDir      string             // output_dir: replica logs and (default) the sync directory live here
+	Export      WeightExporter     // the trainer model's SaveHF (full) or SavePEFT (LoRA)
+	Environ     []string           // the process environment (filtered before it reaches a replica)
+	Logger      zerolog.Logger
+	OnEvent     func(vllm.Event)
+
+	Command              []string      // (engine.vllm_command) default: vllm serve
+	Colocate             bool          // (engine.vllm_colocate) allow vLLM on trainer GPUs
+	BasePort             int           // (engine.vllm_port) default 0: free ports
+	GPUMemoryUtilization float64       // (engine.vllm_gpu_memory_utilization) default: vLLM's
+	MaxModelLen          int           // (engine.vllm_max_model_len) default: the model's
+	SyncDir              string        // (engine.vllm_sync_dir) default: RunDir/weight-sync
+	SyncTimeout          time.Duration // (engine.vllm_sync_timeout) default 10m
+	StartupTimeout       time.Duration // (engine.vllm_startup_timeout) default 5m
+	MaxRestarts          int           // (engine.vllm_max_restarts) default 5
+}
+
+// StartVLLMRun launches replicas on engine.vllm_gpus (or connects to
+// engine.vllm_urls), probes them and returns the backend; Close stops what
+// it launched.
+func StartVLLMRun(ctx context.Context, r VLLMRun) (*VLLM, error) {
+	mode := SyncFull
+	var lora *vllm.LoRALaunch
+	if r.LoRA != nil {
+		mode = SyncLoRA
+		rank := 8
+		for _, allowed := range []int{1, 8, 16, 32, 64, 128, 256, 320, 512} {
+			if allowed >= r.LoRA.Rank {
+				rank = allowed // --max-lora-rank must be one of vLLM's sizes
+				break
+			}
+		}
+		lora = &vllm.LoRALaunch{MaxRank: rank, MaxLoras: 2}
+	}
+	syncDir := r.SyncDir
+	if syncDir == "" {
+		syncDir = filepath.Join(r.RunDir, "weight-sync")
+	}
+	launch := VLLMLaunch{
+		URLs: r.Engine.VLLMURLs,
+		Launch: vllm.LaunchConfig{Command: r.Command, Model: r.ModelDir, TensorParallelSize: r.Engine.VLLMTensorParSize,
+			GPUMemoryUtilization: r.GPUMemoryUtilization, MaxModelLen: r.MaxModelLen, LoRA: lora,
+			ExtraArgs: r.Engine.VLLMExtraArgs, Environ: r.Environ},
+		GPUs: vllm.GPUPlan{GPUs: r.Engine.VLLMGPUs, Replicas: r.Engine.VLLMReplicas, TensorParallelSize: r.Engine.VLLMTensorParSize,
+			TrainerGPUs: r.TrainerGPUs, Colocate: r.Colocate},
+		BasePort: r.BasePort, LogDir: filepath.Join(r.RunDir, "vllm-logs"), StartupTimeout: r.StartupTimeout,
+		MaxRestarts: r.MaxRestarts, OnEvent: r.OnEvent,
+	}
+	return StartVLLM(ctx, launch, VLLMOptions{SyncMode: mode, SyncDir: syncDir, Export: r.Export, SyncTimeout: r.SyncTimeout,
+		Timeout: r.Engine.GenerateTimeout, Logger: r.Logger})
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -213,7 +214,19 @@ func TestServeEngineLoRASync(t *testing.T) {
 	dir := tinyModel(t, 1)
 	loraOpts := &worker.LoRAOptions{Rank: 4, Alpha: 8}
 	trainer := loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir, LoRA: loraOpts})
-	v := launchServeEngine(t, bin, libPath, dir, 1, &vllm.LoRALaunch{MaxRank: 8, MaxLoras: 2}, SyncLoRA, trainer.SavePEFT)
+	// Built the way `ortrain run` builds it from the config.
+	runDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v, err := StartVLLMRun(ctx, VLLMRun{
+		Engine:   config.EngineConfig{Kind: "vllm", VLLMReplicas: 1, VLLMTensorParSize: 1, GenerateTimeout: time.Minute},
+		ModelDir: dir, LoRA: &config.LoRAConfig{Enabled: true, Rank: 4, Alpha: 8}, RunDir: runDir, Export: trainer.SavePEFT,
+		Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}, Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		Command: []string{bin, "serve-engine", "--threads", "1"}, StartupTimeout: time.Minute,
+	})
+	require.NoError(t, err)
+	defer v.Close()
+	assert.FileExists(t, filepath.Join(runDir, "vllm-logs", "replica-0.log"))
 
 	base := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir})}, BuiltinOptions{MaxBatch: 1})
 	defer base.Close()
@@ -235,6 +248,10 @@ func TestServeEngineLoRASync(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, models.Data, 2, "policy-v1 was unloaded")
 	assert.Equal(t, "policy-v2", models.Data[1].ID)
+	assert.DirExists(t, filepath.Join(runDir, "weight-sync", "policy-v2"))
+	logData, err := os.ReadFile(filepath.Join(runDir, "vllm-logs", "replica-0.log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(logData), "--enable-lora --max-lora-rank 8 --max-loras 2", "rank 4 is served under vLLM's next allowed --max-lora-rank")
 }
 
 // randomizeLoRA gives every LoRA tensor random values, as training would.
