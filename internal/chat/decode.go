@@ -135,8 +135,8 @@ func (d stripDecoder) decodeChain(tokens []string) []string {
 	return out
 }
 
-// metaspaceDecoder turns ▁ back into spaces and drops the first token's
-// leading space when the pre-tokenizer added it.
+// metaspaceDecoder turns ▁ back into spaces; in the first token it drops
+// them instead unless the prepend scheme is "never" (as tokenizers does).
 type metaspaceDecoder struct {
 	replacement string
 	stripFirst  bool
@@ -145,11 +145,11 @@ type metaspaceDecoder struct {
 func (d metaspaceDecoder) decodeChain(tokens []string) []string {
 	out := make([]string, len(tokens))
 	for i, t := range tokens {
-		t = strings.ReplaceAll(t, d.replacement, " ")
 		if i == 0 && d.stripFirst {
-			t = strings.TrimPrefix(t, " ")
+			out[i] = strings.ReplaceAll(t, d.replacement, "")
+			continue
 		}
-		out[i] = t
+		out[i] = strings.ReplaceAll(t, d.replacement, " ")
 	}
 	return out
 }

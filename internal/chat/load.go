@@ -54,7 +54,7 @@ func LoadTokenizerWith(modelDir string, opts LoadOptions) (*Tokenizer, error) {
 		return nil, err
 	}
 	for _, a := range cfg.addedTokens {
-		tok.added.add(a)
+		tok.added.add(a, tok.normalizer)
 	}
 	tok.special = resolveSpecial(tok, cfg, readGenerationEOS(filepath.Join(modelDir, "generation_config.json")))
 	tok.chatTemplates = cfg.chatTemplates
@@ -181,15 +181,16 @@ func parseChatTemplateField(raw json.RawMessage, into map[string]string) error {
 }
 
 type jsonAddedToken struct {
-	ID      int32  `json:"id"`
-	Content string `json:"content"`
-	Special bool   `json:"special"`
-	LStrip  bool   `json:"lstrip"`
-	RStrip  bool   `json:"rstrip"`
+	ID         int32  `json:"id"`
+	Content    string `json:"content"`
+	Special    bool   `json:"special"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
 }
 
 func (a jsonAddedToken) token() AddedToken {
-	return AddedToken{ID: a.ID, Content: a.Content, Special: a.Special, LStrip: a.LStrip, RStrip: a.RStrip}
+	return AddedToken{ID: a.ID, Content: a.Content, Special: a.Special, LStrip: a.LStrip, RStrip: a.RStrip, Normalized: a.Normalized}
 }
 
 // readGenerationEOS reads eos_token_id (an id or a list) from

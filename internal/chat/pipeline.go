@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 
@@ -73,92 +74,97 @@ const (
 	splitRemoved
 	splitMergedWithPrevious
 	splitMergedWithNext
+	splitContiguous
 )
 
-// splitPreTokenizer is tokenizers' Split. The splitter reports matches and
-// gaps alike; isMatch tells them apart for the non-Isolated behaviours.
+// splitPreTokenizer is tokenizers' Split.
 type splitPreTokenizer struct {
 	split    splitter
 	literal  string // String patterns are matched literally
 	behavior splitBehavior
 }
 
+// markedPiece is a piece of a split and whether it is a pattern match.
+type markedPiece struct {
+	text    string
+	isMatch bool
+}
+
 func (sp splitPreTokenizer) preTokenize(s string, _ bool, emit func(string)) {
-	if sp.literal != "" {
-		sp.splitLiteral(s, emit)
-		return
-	}
-	if sp.behavior == splitIsolated {
+	if sp.literal == "" && sp.behavior == splitIsolated {
 		sp.split.split(s, emit)
 		return
 	}
-	// Non-isolated behaviours need to know which pieces matched: re-run
-	// the matcher's pieces through a match test on the same splitter.
-	var pieces []string
-	sp.split.split(s, func(p string) { pieces = append(pieces, p) })
-	sp.combine(pieces, func(p string) bool { return matchesWhole(sp.split, p) }, emit)
+	var pieces []markedPiece
+	collect := func(p string, isMatch bool) { pieces = append(pieces, markedPiece{p, isMatch}) }
+	if sp.literal != "" {
+		splitLiteral(s, sp.literal, collect)
+	} else {
+		sp.split.splitMarked(s, collect)
+	}
+	for _, p := range applySplitBehavior(pieces, sp.behavior) {
+		emit(p)
+	}
 }
 
-func (sp splitPreTokenizer) splitLiteral(s string, emit func(string)) {
-	var pieces []string
+func splitLiteral(s, literal string, emit func(string, bool)) {
 	for {
-		i := strings.Index(s, sp.literal)
+		i := strings.Index(s, literal)
 		if i < 0 {
 			break
 		}
 		if i > 0 {
-			pieces = append(pieces, s[:i])
+			emit(s[:i], false)
 		}
-		pieces = append(pieces, sp.literal)
-		s = s[i+len(sp.literal):]
+		emit(literal, true)
+		s = s[i+len(literal):]
 	}
 	if s != "" {
-		pieces = append(pieces, s)
+		emit(s, false)
 	}
-	sp.combine(pieces, func(p string) bool { return p == sp.literal }, emit)
 }
 
-func (sp splitPreTokenizer) combine(pieces []string, isMatch func(string) bool, emit func(string)) {
-	pending := ""
-	for i, p := range pieces {
-		switch {
-		case sp.behavior == splitIsolated:
-			emit(p)
-		case sp.behavior == splitRemoved:
-			if !isMatch(p) {
-				emit(p)
-			}
-		case sp.behavior == splitMergedWithPrevious:
-			if isMatch(p) && i > 0 {
-				pending += p
-				continue
-			}
-			if pending != "" {
-				emit(pending)
-			}
-			pending = p
-		case sp.behavior == splitMergedWithNext:
-			pending += p
-			if !isMatch(p) {
-				emit(pending)
-				pending = ""
+// applySplitBehavior merges or drops matches as tokenizers'
+// NormalizedString::split does: splitting "the-final--countdown" on "-"
+// gives MergedWithPrevious [the- final- - countdown], MergedWithNext
+// [the -final - -countdown], Contiguous [the - final -- countdown].
+func applySplitBehavior(pieces []markedPiece, behavior splitBehavior) []string {
+	var out []string
+	switch behavior {
+	case splitIsolated, splitRemoved:
+		for _, p := range pieces {
+			if !(behavior == splitRemoved && p.isMatch) {
+				out = append(out, p.text)
 			}
 		}
+	case splitContiguous, splitMergedWithPrevious:
+		prev := false
+		for i, p := range pieces {
+			merge := p.isMatch == prev
+			if behavior == splitMergedWithPrevious {
+				merge = p.isMatch && !prev
+			}
+			if merge && i > 0 {
+				out[len(out)-1] += p.text
+			} else {
+				out = append(out, p.text)
+			}
+			prev = p.isMatch
+		}
+	case splitMergedWithNext:
+		prev := false
+		for i := len(pieces) - 1; i >= 0; i-- {
+			p := pieces[i]
+			if p.isMatch && !prev && len(out) > 0 {
+				out[len(out)-1] = p.text + out[len(out)-1]
+			} else {
+				out = append(out, p.text)
+			}
+			prev = p.isMatch
+		}
+		slices.Reverse(out)
 	}
-	if pending != "" {
-		emit(pending)
-	}
-}
-
-// matchesWhole reports whether the splitter would produce p as one match.
-func matchesWhole(sp splitter, p string) bool {
-	switch m := sp.(type) {
-	case *familySplitter:
-		return m.match(p, 0) == len(p)
-	case *regexSplitter:
-		return m.match(p, 0) == len(p)
-	}
-	return false
+	return out
 }
 
 // digitsPreTokenizer is tokenizers' Digits pre-tokenizer.
@@ -206,15 +212,10 @@ func (m metaspacePreTokenizer) preTokenize(s string, first bool, emit func(strin
 		emit(s)
 		return
 	}
-	for s != "" {
-		i := strings.Index(s[len(m.replacement):], m.replacement)
-		if i < 0 {
-			emit(s)
-			return
-		}
-		cut := i + len(m.replacement)
-		emit(s[:cut])
-		s = s[cut:]
+	var pieces []markedPiece
+	splitLiteral(s, m.replacement, func(p string, isMatch bool) { pieces = append(pieces, markedPiece{p, isMatch}) })
+	for _, p := range applySplitBehavior(pieces, splitMergedWithNext) {
+		emit(p)
 	}
 }
 

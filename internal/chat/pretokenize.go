@@ -24,6 +24,8 @@ const (
 // Isolated produces: every match, and every gap between matches, in order.
 type splitter interface {
 	split(s string, emit func(piece string))
+	// splitMarked is split that also tells matches from gaps.
+	splitMarked(s string, emit func(piece string, isMatch bool))
 }
 
 // newSplitter returns the matcher for a Split regex: a hand-written one for
@@ -101,6 +103,11 @@ func (f *familySplitter) split(s string, emit func(string)) {
 		emit(s[p : p+n])
 		p += n
 	}
+}
+
+// splitMarked reports every piece as a match: the patterns cover all text.
+func (f *familySplitter) splitMarked(s string, emit func(string, bool)) {
+	f.split(s, func(p string) { emit(p, true) })
 }
 
 // match returns the length of the leftmost-first match at p (0 if none),
@@ -267,6 +274,10 @@ func compileSplitRegex(pattern string) (*regexSplitter, error) {
 }
 
 func (rs *regexSplitter) split(s string, emit func(string)) {
+	rs.splitMarked(s, func(p string, _ bool) { emit(p) })
+}
+
+func (rs *regexSplitter) splitMarked(s string, emit func(string, bool)) {
 	gapStart := 0
 	for p := 0; p < len(s); {
 		n := rs.match(s, p)
@@ -276,14 +287,14 @@ func (rs *regexSplitter) split(s string, emit func(string)) {
 			continue
 		}
 		if gapStart < p {
-			emit(s[gapStart:p])
+			emit(s[gapStart:p], false)
 		}
-		emit(s[p : p+n])
+		emit(s[p:p+n], true)
 		p += n
 		gapStart = p
 	}
 	if gapStart < len(s) {
-		emit(s[gapStart:])
+		emit(s[gapStart:], false)
 	}
 }
 

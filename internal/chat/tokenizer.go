@@ -1,9 +1,7 @@
 package chat
 
 import (
-	"sort"
 	"strings"
-	"unicode"
 )
 
 // Tokenizer encodes and decodes text exactly as the Hugging Face tokenizer
@@ -33,100 +31,48 @@ type SpecialTokens struct {
 	EndOfTurn []int32
 }
 
-// AddedToken is an entry of tokenizer.json "added_tokens" or
-// tokenizer_config.json "added_tokens_decoder".
-type AddedToken struct {
-	ID      int32
-	Content string
-	Special bool // skipped by Decode(ids, skipSpecial=true)
-	LStrip  bool // the match absorbs whitespace on its left
-	RStrip  bool // the match absorbs whitespace on its right
-}
-
-// addedVocab finds added tokens in text, longest match first.
-type addedVocab struct {
-	byContent map[string]*AddedToken
-	byID      map[int32]*AddedToken
-	byFirst   [256][]*AddedToken // by first byte, longest first
-}
-
-func (a *addedVocab) add(t AddedToken) {
-	if a.byContent == nil {
-		a.byContent = map[string]*AddedToken{}
-		a.byID = map[int32]*AddedToken{}
-	}
-	if t.Content == "" {
-		return
-	}
-	if old, ok := a.byContent[t.Content]; ok {
-		*old = t
-		a.byID[t.ID] = old
-		return
-	}
-	tok := &t
-	a.byContent[t.Content] = tok
-	a.byID[t.ID] = tok
-	list := append(a.byFirst[t.Content[0]], tok)
-	sort.SliceStable(list, func(i, j int) bool { return len(list[i].Content) > len(list[j].Content) })
-	a.byFirst[t.Content[0]] = list
-}
-
-// find returns the leftmost, longest added token in s[from:]: the span the
-// match covers (after lstrip/rstrip) and the token, or nil.
-func (a *addedVocab) find(s string, from int) (start, end int, tok *AddedToken) {
-	for p := from; p < len(s); p++ {
-		for _, t := range a.byFirst[s[p]] {
-			if !strings.HasPrefix(s[p:], t.Content) {
-				continue
-			}
-			start, end = p, p+len(t.Content)
-			if t.LStrip {
-				start = from + len(strings.TrimRightFunc(s[from:start], unicode.IsSpace))
-			}
-			if t.RStrip {
-				end = len(s) - len(strings.TrimLeftFunc(s[end:], unicode.IsSpace))
-			}
-			return start, end, t
-		}
-	}
-	return 0, 0, nil
-}
-
 // Encode tokenizes s: added tokens are cut out first (never split by BPE),
 // then each remaining segment is normalized, pre-tokenized and BPE-merged.
 // No BOS/EOS is added; chat templates write those themselves.
 func (t *Tokenizer) Encode(s string) []int32 {
 	ids := make([]int32, 0, len(s)/3+1)
 	first := true
-	for from := 0; from < len(s); {
-		start, end, tok := t.added.find(s, from)
-		if tok == nil {
-			ids = t.encodeSegment(ids, s[from:], first)
-			break
+	t.added.raw.split(s, func(seg string, tok *AddedToken) {
+		if tok != nil {
+			ids = append(ids, tok.ID)
+		} else {
+			ids = t.encodeSegment(ids, seg, first)
 		}
-		if start > from {
-			ids = t.encodeSegment(ids, s[from:start], first)
-		}
-		ids = append(ids, tok.ID)
 		first = false
-		from = end
-	}
+	})
 	return ids
 }
 
+// encodeSegment normalizes a segment, cuts out the added tokens flagged
+// normalized (matched against the normalized text, as tokenizers does),
+// and tokenizes the rest.
 func (t *Tokenizer) encodeSegment(ids []int32, seg string, first bool) []int32 {
 	if t.normalizer != nil {
 		seg = t.normalizer.normalize(seg)
 	}
-	if seg == "" {
-		return ids
-	}
+	t.added.normalized.split(seg, func(piece string, tok *AddedToken) {
+		if tok != nil {
+			ids = append(ids, tok.ID)
+		} else {
+			ids = t.tokenizePiece(ids, piece, first)
+		}
+		first = false
+	})
+	return ids
+}
+
+func (t *Tokenizer) tokenizePiece(ids []int32, piece string, first bool) []int32 {
 	if t.preTokenizer == nil {
-		return t.model.tokenize(ids, seg)
+		return t.model.tokenize(ids, piece)
 	}
-	t.preTokenizer.preTokenize(seg, first, func(piece string) {
-		if piece != "" {
-			ids = t.model.tokenize(ids, piece)
+	t.preTokenizer.preTokenize(piece, first, func(p string) {
+		if p != "" {
+			ids = t.model.tokenize(ids, p)
 		}
 	})
 	return ids
@@ -147,10 +93,10 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 			tokens = append(tokens, tok)
 		}
 	}
-	if t.decoder != nil {
-		tokens = t.decoder.decodeChain(tokens)
+	if t.decoder == nil {
+		return strings.Join(tokens, " ") // what tokenizers does without a decoder
 	}
-	return strings.Join(tokens, "")
+	return strings.Join(t.decoder.decodeChain(tokens), "")
 }
 
 // DecodeLikeTransformers is Decode followed by transformers'

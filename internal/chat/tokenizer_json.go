@@ -52,6 +52,18 @@ type component struct {
 	SplitMeta        *bool  `json:"split"`
 }
 
+// prependScheme is Metaspace's prepend_scheme, derived from the legacy
+// add_prefix_space when absent (true or missing: "always").
+func (c component) prependScheme() string {
+	switch {
+	case c.PrependScheme != "":
+		return strings.ToLower(c.PrependScheme)
+	case c.AddPrefixSpace == nil || *c.AddPrefixSpace:
+		return "always"
+	}
+	return "never"
+}
+
 func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	var tj tokenizerJSON
 	if err := json.Unmarshal(data, &tj); err != nil {
@@ -93,7 +105,7 @@ func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	}
 	tok := &Tokenizer{model: model, idToToken: invertVocab(m.Vocab), normalizer: norm, preTokenizer: pre, decoder: dec}
 	for _, a := range tj.AddedTokens {
-		tok.added.add(a.token())
+		tok.added.add(a.token(), norm)
 	}
 	return tok, nil
 }
@@ -189,13 +201,7 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 	case "Digits":
 		return digitsPreTokenizer{individual: c.IndividualDigits}, false, nil
 	case "Metaspace":
-		m := metaspacePreTokenizer{replacement: c.Replacement, prepend: c.PrependScheme, split: c.SplitMeta == nil || *c.SplitMeta}
-		if m.prepend == "" {
-			m.prepend = "never"
-			if c.AddPrefixSpace == nil || *c.AddPrefixSpace {
-				m.prepend = "always"
-			}
-		}
+		m := metaspacePreTokenizer{replacement: c.Replacement, prepend: c.prependScheme(), split: c.SplitMeta == nil || *c.SplitMeta}
 		return m, false, nil
 	case "Sequence":
 		var seq preTokenizerSequence
@@ -225,6 +231,7 @@ func buildSplit(c component) (preTokenizer, bool, error) {
 	behaviors := map[string]splitBehavior{
 		"Isolated": splitIsolated, "Removed": splitRemoved,
 		"MergedWithPrevious": splitMergedWithPrevious, "MergedWithNext": splitMergedWithNext,
+		"Contiguous": splitContiguous,
 	}
 	b, ok := behaviors[c.Behavior]
 	if !ok {
@@ -270,8 +277,7 @@ func buildDecoder(raw json.RawMessage) (decoder, bool, error) {
 	case "Strip":
 		return stripDecoder{content: c.Content, start: c.Start, stop: c.Stop}, false, nil
 	case "Metaspace":
-		strip := c.PrependScheme != "never" && (c.AddPrefixSpace == nil || *c.AddPrefixSpace || c.PrependScheme != "")
-		return metaspaceDecoder{replacement: c.Replacement, stripFirst: strip}, false, nil
+		return metaspaceDecoder{replacement: c.Replacement, stripFirst: c.prependScheme() != "never"}, false, nil
 	case "Sequence":
 		var seq decoderSequence
 		byteLevel := false
