@@ -81,7 +81,9 @@ type VLLM struct {
 	stopSup     func()
 	supervisor  *vllm.Supervisor
 
-	// syncMu orders weight pushes: SyncWeights and the restart hook.
+	// serial admits one SyncWeights at a time; syncMu orders the pushes of
+	// SyncWeights and of the restart hook.
+	serial  sync.Mutex
 	syncMu  sync.Mutex
 	version int
 	latest  string // newest exported directory ("" until the first sync)
@@ -283,13 +285,17 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	ctx, cancel := context.WithTimeout(ctx, v.opts.SyncTimeout)
 	defer cancel()
 	start := time.Now()
-	v.syncMu.Lock()
-	defer v.syncMu.Unlock()
+	v.serial.Lock()
+	defer v.serial.Unlock()
+	// Drain without holding syncMu: an in-flight request may be waiting for
+	// a restarting replica, whose restart hook needs syncMu.
 	if err := v.gate.pause(ctx, vllm.PauseWait); err != nil {
 		v.gate.resume()
 		return fmt.Errorf("sync weights for step %d: drain requests: %w", step, err)
 	}
 	defer v.gate.resume()
+	v.syncMu.Lock()
+	defer v.syncMu.Unlock()
 	version := v.version + 1
 	dir, err := v.export(ctx, version)
 	if err != nil {

@@ -343,3 +343,34 @@ func TestVLLMProbeRefusesMissingCapabilities(t *testing.T) {
 	assert.ErrorContains(t, err, "engine.vllm_urls[0]")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
+
+// TestVLLMSyncWhileReplicaRestarts: a request in flight waits for a
+// restarting replica while a sync drains requests; the replica's restart
+// hook must not wait for that sync (which would deadlock until timeouts).
+func TestVLLMSyncWhileReplicaRestarts(t *testing.T) {
+	r0 := startToyReplica(t, 0, false)
+	export, _ := exportSlope(nil)
+	v := newTestVLLM(t, SyncFull, export, r0)
+	r0.ready.Store(false) // restarting
+	genDone := make(chan error, 1)
+	go func() { _, err := v.Generate(context.Background(), toyRequest(1)); genDone <- err }()
+	time.Sleep(50 * time.Millisecond)
+	syncDone := make(chan error, 1)
+	go func() { syncDone <- v.SyncWeights(context.Background(), 1) }()
+	require.Eventually(t, func() bool { return v.gate.isPaused() }, 5*time.Second, time.Millisecond)
+
+	hookDone := make(chan error, 1)
+	go func() { hookDone <- v.AfterStart(context.Background(), 0, vllmClient(t, r0.URL())) }()
+	select {
+	case err := <-hookDone:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("restart hook blocked behind a draining sync")
+	}
+	r0.ready.Store(true) // the supervisor marks it ready after the hook
+	require.NoError(t, <-genDone)
+	require.NoError(t, <-syncDone)
+	got, err := v.Generate(context.Background(), toyRequest(2))
+	require.NoError(t, err)
+	assert.Equal(t, toySample(toyRequest(2), 1), got)
+}
