@@ -101,6 +101,8 @@ func parseByteToken(t string) (byte, bool) {
 			v |= c - '0'
 		case c >= 'A' && c <= 'F':
 			v |= c - 'A' + 10
+		case c >= 'a' && c <= 'f':
+			v |= c - 'a' + 10
 		default:
 			return 0, false
 		}

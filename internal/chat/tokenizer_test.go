@@ -205,3 +205,29 @@ func TestPreTokenizerSplitsMatchPythonRegex(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentUse runs encode, decode and rendering from many goroutines
+// (rollouts share one Tokenizer and Template); the race detector checks it.
+func TestConcurrentUse(t *testing.T) {
+	tok := loadFixture(t, "qwen3")
+	tmpl, err := tok.Template("")
+	require.NoError(t, err)
+	texts := []string{"Hello world, 世界!", "func main() {\n\treturn\n}", "<|im_start|>user\nhi<|im_end|>", "  spaces  "}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				s := texts[(g+i)%len(texts)] + strconv.Itoa(i)
+				if got := tok.Decode(tok.Encode(s), false); got != s {
+					t.Errorf("round trip of %q gave %q", s, got)
+				}
+				if _, err := tmpl.Render([]Message{{Role: "user", Content: s}}, nil, true, nil); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
