@@ -56,6 +56,9 @@ type ChatConfig struct {
 	// FinalAnswerTool, when set, submits a plain-text final answer to this
 	// tool's single string argument (small models rarely format tool calls).
 	FinalAnswerTool string `mapstructure:"final_answer_tool"`
+	// RenderTools puts the session's tools into the prompt (the chat
+	// template's tools section). Turn off only with final_answer_tool.
+	RenderTools bool `mapstructure:"render_tools"`
 }
 
 // GRPOConfig carries the GRPO fields of grpo-reference.md §0 with TRL's
@@ -164,7 +167,7 @@ func Default() Config {
 	return Config{
 		OutputDir: "runs/latest",
 		Seed:      42,
-		Chat:      ChatConfig{ToolCallFormat: "auto"},
+		Chat:      ChatConfig{ToolCallFormat: "auto", RenderTools: true},
 		GRPO: GRPOConfig{
 			NumGenerations:            8,
 			NumIterations:             1,

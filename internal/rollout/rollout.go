@@ -53,9 +53,15 @@ type ChatSpec struct {
 	// Format overrides the tool-call format detected from the template.
 	Format *chat.ToolCallFormat
 	Policy chat.HistoryPolicy
+	// HideTools leaves the tool list out of the rendered prompt (tools stay
+	// callable); useful with a final-answer tool and tiny models.
+	HideTools bool
 }
 
 func (c ChatSpec) newConversation(system, user string, tools []ors.ToolSpec) (*chat.Conversation, error) {
+	if c.HideTools {
+		tools = nil
+	}
 	ct := make([]chat.Tool, len(tools))
 	for i, t := range tools {
 		params := t.InputSchema
@@ -162,6 +168,9 @@ type Task struct {
 	Index int
 	// Secrets are passed to the env constructor.
 	Secrets map[string]string
+	// Seed makes the episode's sampling reproducible; 0 derives one from
+	// the runner's seed and the task's position.
+	Seed int64
 }
 
 // classify maps an error from the ORS client to an outcome.

@@ -89,7 +89,11 @@ func (r *Runner) RunAll(ctx context.Context, tasks []Task, onDone func(*Trajecto
 				return
 			}
 			defer func() { <-sem }()
-			out[i] = r.Run(ctx, t, r.opts.Seed+int64(i))
+			seed := t.Seed
+			if seed == 0 {
+				seed = r.opts.Seed + int64(i) + 1
+			}
+			out[i] = r.Run(ctx, t, seed)
 			if onDone != nil {
 				onDone(out[i])
 			}

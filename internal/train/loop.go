@@ -227,8 +227,13 @@ func (l *Loop) withTimeout(ctx context.Context, f func(context.Context) (LossSta
 func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
 	refs := l.sampler.Next()
 	tasks := make([]rollout.Task, len(refs))
+	round := int64(l.sampler.State().Round)
 	for i, r := range refs {
-		tasks[i] = rollout.Task{Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env]}
+		tasks[i] = rollout.Task{
+			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
+			// Every rollout of every round samples with its own seed.
+			Seed: (l.cfg.Seed+1)*1_000_003 + round*100_003 + int64(i) + 1,
+		}
 	}
 	t0 := time.Now()
 	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)

@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/train"
+)
+
+// RunOptions holds the run command's flags and dependencies.
+type RunOptions struct {
+	IO     *IOStreams
+	Logger zerolog.Logger
+	Getenv func(string) string
+
+	ConfigFile  string
+	Resume      bool
+	PrintConfig bool
+	DryRun      bool
+	// Flags maps config keys to the flags that override them.
+	Flags map[string]*pflag.Flag
+}
+
+// configFlags are the run/eval flags that set config keys, each with the
+// key it overrides. Everything else lives in the YAML file or ORTRAIN_* vars.
+var configFlags = []struct {
+	key, name, usage string
+	kind             string
+}{
+	{"model", "model", "model directory or Hugging Face repo id (from the local HF cache)", "string"},
+	{"output_dir", "output-dir", "run directory (config, manifest, metrics, trajectories, checkpoints)", "string"},
+	{"seed", "seed", "random seed", "int"},
+	{"grpo.max_steps", "max-steps", "optimizer steps to train (0: num_train_epochs decides)", "int"},
+	{"grpo.learning_rate", "learning-rate", "peak learning rate", "float"},
+	{"grpo.num_generations", "num-generations", "completions per prompt (group size G)", "int"},
+	{"grpo.per_device_train_batch_size", "per-device-train-batch-size", "completions per micro-batch (B)", "int"},
+	{"grpo.loss_type", "loss-type", "loss: dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, vespo", "string"},
+	{"grpo.max_completion_length", "max-completion-length", "token budget after the prompt (all turns)", "int"},
+	{"grpo.temperature", "temperature", "sampling temperature", "float"},
+	{"worker.device", "device", "trainer device: cpu, cuda or cuda:N", "string"},
+	{"engine.kind", "engine", "generation backend: builtin or vllm", "string"},
+}
+
+// addConfigFlags registers configFlags on fs and records them in opts.
+func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag) {
+	for _, f := range configFlags {
+		switch f.kind {
+		case "int":
+			fs.Int(f.name, 0, f.usage)
+		case "float":
+			fs.Float64(f.name, 0, f.usage)
+		default:
+			fs.String(f.name, "", f.usage)
+		}
+		flags[f.key] = fs.Lookup(f.name)
+	}
+}
+
+func newRunCmd(deps *Deps, runF func(context.Context, *RunOptions) error) *cobra.Command {
+	opts := &RunOptions{IO: deps.IO, Getenv: deps.Getenv, Flags: map[string]*pflag.Flag{}}
+	var env string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Train a policy with GRPO against ORS environments",
+		Long: `Train a policy with GRPO against one or more ORS environments.
+
+Each optimizer step samples prompts (each repeated num_generations times),
+runs one ORS session per rollout — the policy calls the environment's tools
+turn by turn — turns the rewards into group advantages, and takes a gradient
+step in the libtorch worker. Everything lands in output_dir: config.yaml,
+manifest.json, metrics.jsonl (TRL's metric names), trajectories.jsonl and
+checkpoints/step-N (complete or absent).
+
+Without --config, the embedded quickstart runs: a tiny random model learns the
+built-in letters env on CPU in a few minutes.
+
+Settings resolve as: embedded defaults < --config YAML < ORTRAIN_* environment
+variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags.
+
+SIGINT/SIGTERM stop new rollouts, close every session, save a checkpoint and
+exit with code 2; --resume continues from the latest complete checkpoint.`,
+		Example: `  # the quickstart (CPU, built-in env, tiny model)
+  ortrain run
+
+  # a config file, a few steps more, and resume after an interrupt
+  ortrain run --config configs/quickstart.yaml --max-steps 60
+  ortrain run --config configs/quickstart.yaml --resume
+
+  # a hosted env (needs OPENREWARD_API_KEY) with a cached model
+  ortrain run --env Eigent/SETA --model Qwen/Qwen3-4B --config configs/seta.yaml
+
+  # check everything without training, or show the resolved config
+  ortrain run --config my.yaml --dry-run
+  ortrain run --config my.yaml --print-config`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Logger = deps.Logger
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runRun(cmd.Context(), opts, env)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&opts.ConfigFile, "config", "c", "", "YAML config file (default: the embedded quickstart)")
+	fs.StringVar(&env, "env", "", "train on this env only: a URL, Owner/Env, or builtin:NAME (replaces the config's envs)")
+	fs.BoolVar(&opts.Resume, "resume", false, "continue from the latest complete checkpoint in output_dir")
+	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
+	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
+	addConfigFlags(fs, opts.Flags)
+	cmd.Long += "\n\n" + envVarHelp()
+	return cmd
+}
+
+// loadRunConfig resolves the config of run and eval.
+func loadRunConfig(opts *RunOptions, env string) (*config.Config, error) {
+	src := config.Source{File: opts.ConfigFile, Getenv: opts.Getenv, Flags: map[string]*pflag.Flag{}}
+	for k, f := range opts.Flags {
+		if f != nil && f.Changed {
+			src.Flags[k] = f
+		}
+	}
+	if opts.ConfigFile == "" {
+		src.Data = configs.Quickstart()
+	}
+	cfg, err := config.Resolve(src)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	if env != "" {
+		cfg.Envs = []config.EnvConfig{{Target: env, Split: "train", Weight: 1}}
+	}
+	return cfg, nil
+}
+
+func runRun(ctx context.Context, opts *RunOptions, env string) error {
+	cfg, err := loadRunConfig(opts, env)
+	if err != nil {
+		return err
+	}
+	if opts.PrintConfig {
+		y, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		_, err = opts.IO.Out.Write(y)
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return &UsageError{Err: err}
+	}
+	if opts.DryRun {
+		return dryRun(ctx, cfg, opts)
+	}
+	logResolved(opts.Logger, cfg)
+	prog := newProgress(opts.IO, opts.Logger)
+	res, err := train.Run(ctx, cfg, train.RunOptions{
+		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(), Resume: opts.Resume,
+		OnStart: prog.start, OnMetrics: prog.step, OnRollout: prog.rollout,
+	})
+	prog.finish()
+	if res != nil && res.Steps > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, "reward: step %d %.3f -> step %d %.3f\n", res.First.Step, res.First.Round.Reward, res.Last.Step, res.Last.Round.Reward)
+	}
+	if errors.Is(err, train.ErrInterrupted) {
+		return &InterruptedError{What: err.Error()}
+	}
+	if err != nil {
+		var fe *config.FieldError
+		if errors.As(err, &fe) {
+			return &UsageError{Err: err}
+		}
+		return err
+	}
+	fmt.Fprintf(opts.IO.Out, "%s\n", res.Checkpoint)
+	return nil
+}
+
+// dryRun checks the model, worker and envs without training.
+func dryRun(ctx context.Context, cfg *config.Config, opts *RunOptions) error {
+	w := opts.IO.Out
+	dir, err := train.PrepareModel(cfg, opts.Getenv, opts.Logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "ok  model      %s\n", dir)
+	if _, err := train.LoadChat(dir, cfg.Chat); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "ok  tokenizer  and chat template\n")
+	envList, err := train.ConnectEnvs(ctx, cfg.Envs, opts.Getenv, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer train.CloseEnvs(envList)
+	for _, e := range envList {
+		fmt.Fprintf(w, "ok  env        %s (%s split %s, %d tasks)\n", e.Name, e.URL, e.Config.Split, len(e.Indices))
+	}
+	if err := train.CheckWorker(ctx, cfg, dir, opts.Getenv); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "ok  worker     loaded the model on %s\n", cfg.Worker.Device)
+	return nil
+}
+
+// logResolved logs the settings that shape the run, once, at start.
+func logResolved(log zerolog.Logger, cfg *config.Config) {
+	targets := make([]string, len(cfg.Envs))
+	for i, e := range cfg.Envs {
+		targets[i] = e.Target
+	}
+	g := cfg.GRPO
+	log.Info().Str("model", cfg.Model).Strs("envs", targets).Str("output_dir", cfg.OutputDir).
+		Int("num_generations", g.NumGenerations).Int("batch", g.PerDeviceTrainBatchSize).
+		Str("loss_type", g.LossType).Float64("learning_rate", g.LearningRate).Int("max_steps", g.MaxSteps).
+		Str("engine", cfg.Engine.Kind).Str("device", cfg.Worker.Device).Msg("run")
+}
+
+// progress shows a bar with step, reward and ETA on a terminal, and one
+// line per logged step otherwise.
+type progress struct {
+	io       *IOStreams
+	log      zerolog.Logger
+	bar      *progressbar.ProgressBar
+	rollouts atomic.Int64
+	first    int
+}
+
+func newProgress(io *IOStreams, log zerolog.Logger) *progress { return &progress{io: io, log: log} }
+
+func (p *progress) start(total, first int) {
+	p.first = first
+	if !p.io.IsStderrTTY() {
+		return
+	}
+	p.bar = progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(p.io.ErrOut),
+		progressbar.OptionSetDescription("training"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionSetRenderBlankState(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+	_ = p.bar.Set(first)
+}
+
+func (p *progress) rollout(*rollout.Trajectory) { p.rollouts.Add(1) }
+
+func (p *progress) step(m train.StepMetrics) {
+	if p.bar != nil {
+		p.bar.Describe(fmt.Sprintf("step %d reward %.3f loss %+.4f", m.Step, m.Round.Reward, m.Loss))
+		_ = p.bar.Set(m.Step)
+		return
+	}
+	ev := p.log.Info().Int("step", m.Step).Float64("reward", m.Round.Reward).Float64("reward_std", m.Round.RewardStd).
+		Float64("loss", m.Loss).Float64("grad_norm", m.GradNorm).Float64("mean_length", m.Round.MeanLength).
+		Dur("step_time", m.StepTime.Round(time.Millisecond))
+	if len(m.Outcomes) > 0 {
+		ev = ev.Str("outcomes", formatCounts(m.Outcomes))
+	}
+	ev.Msg("step")
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.io.ErrOut)
+	}
+}
+
+func formatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// envVarHelp documents the environment variables, from the config's own key table.
+func envVarHelp() string {
+	var b strings.Builder
+	b.WriteString("Environment variables:\n")
+	b.WriteString("  OPENREWARD_API_KEY       API key for catalog envs (Owner/Env); never logged\n")
+	b.WriteString("  OPENREWARD_URL           platform base URL (default https://openreward.ai)\n")
+	b.WriteString("  OPENREWARD_API_URL, OPENREWARD_SESSION_URL  override the api./sessions. hosts\n")
+	b.WriteString("  ORTRAIN_WORKER_LIB       path of the libtorch worker library\n")
+	b.WriteString("  HF_HUB_CACHE, HF_HOME    where Hugging Face repo ids are looked up\n")
+	b.WriteString("  ORTRAIN_<KEY>            any config key, e.g. ORTRAIN_GRPO_LEARNING_RATE, ORTRAIN_ROLLOUT_CALL_TIMEOUT")
+	return b.String()
+}

@@ -1,0 +1,98 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// Checkpoint layout inside checkpoints/step-N/.
+const (
+	ckptModelDir   = "model"   // full weights as a Hugging Face directory
+	ckptAdapterDir = "adapter" // LoRA: a PEFT adapter directory
+	ckptOptimizer  = "optimizer.pt"
+)
+
+// workerPolicy adapts a worker.Model to the loop's Policy.
+type workerPolicy struct {
+	m    *worker.Model
+	lora bool
+}
+
+func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
+	lp, _, err := p.m.Logprobs(ctx, rows, temperature, ref)
+	return lp, err
+}
+
+func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error) {
+	s, err := p.m.ForwardBackward(ctx, mb, cfg)
+	if err != nil {
+		return LossStats{}, err
+	}
+	rows := 0
+	for _, r := range mb.Rows {
+		if grpo.ActiveTokens([]grpo.Row{r}) > 0 {
+			rows++
+		}
+	}
+	clipHigh := s.ClipHigh
+	if cfg.Type == grpo.LossCISPO {
+		clipHigh = s.CISPOClip
+	}
+	return LossStats{
+		Loss: s.Loss, Tokens: s.ActiveTokens,
+		ClipLow: s.ClipLow, ClipHigh: clipHigh, ClipRegion: s.ClipRegion, ClipDenom: s.ClipDenom,
+		ClipLowMin: s.ClipLowMin, ClipHighMax: s.ClipHighMax,
+		KLSum: s.KLSum, EntropySum: s.EntropySum, RowsWithTokens: rows,
+	}, nil
+}
+
+func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
+	s, err := p.m.OptimizerStep(ctx, lr)
+	return s.GradNorm, err
+}
+
+// SaveCheckpoint writes the weights (or the LoRA adapter) and the optimizer
+// state into dir.
+func (p *workerPolicy) SaveCheckpoint(ctx context.Context, dir string) error {
+	if p.lora {
+		if err := p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
+			return fmt.Errorf("save adapter: %w", err)
+		}
+	} else if err := p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir)); err != nil {
+		return fmt.Errorf("save weights: %w", err)
+	}
+	if err := p.m.SaveOptimizer(ctx, filepath.Join(dir, ckptOptimizer)); err != nil {
+		return fmt.Errorf("save optimizer: %w", err)
+	}
+	return nil
+}
+
+// restore loads a checkpoint's adapter and optimizer state into the model
+// (full weights are loaded by opening the checkpoint's model directory).
+func (p *workerPolicy) restore(ctx context.Context, dir string) error {
+	if p.lora {
+		if err := p.m.LoadPEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
+			return fmt.Errorf("load adapter: %w", err)
+		}
+	}
+	if err := p.m.LoadOptimizer(ctx, filepath.Join(dir, ckptOptimizer)); err != nil {
+		return fmt.Errorf("load optimizer: %w", err)
+	}
+	return nil
+}
+
+// checkpointModelDir is the directory to load weights from when resuming.
+func checkpointModelDir(ckpt, base string, lora bool) string {
+	if lora {
+		return base
+	}
+	if st, err := os.Stat(filepath.Join(ckpt, ckptModelDir)); err == nil && st.IsDir() {
+		return filepath.Join(ckpt, ckptModelDir)
+	}
+	return base
+}

@@ -1,0 +1,368 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// RunOptions are what a run needs beyond its config.
+type RunOptions struct {
+	Logger  zerolog.Logger
+	Getenv  func(string) string
+	Version string
+	// Resume continues from the run directory's latest complete checkpoint.
+	Resume bool
+	// OnStart reports the total number of optimizer steps and the first
+	// step (after a resume), for progress bars.
+	OnStart   func(total, first int)
+	OnMetrics func(StepMetrics)
+	// OnRollout is called as each rollout finishes.
+	OnRollout func(*rollout.Trajectory)
+	// SaveTimeout bounds the checkpoint written on interrupt.
+	SaveTimeout time.Duration
+}
+
+// ErrInterrupted reports that the run stopped on a signal after saving a checkpoint.
+var ErrInterrupted = errors.New("training interrupted")
+
+// Result summarises a finished (or interrupted) run.
+type Result struct {
+	RunDir     string
+	Steps      int
+	Checkpoint string
+	First      StepMetrics
+	Last       StepMetrics
+}
+
+// Run trains with cfg until max_steps, or until ctx is cancelled: then it
+// stops new rollouts, closes their sessions, saves a checkpoint and returns
+// an error wrapping ErrInterrupted.
+func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error) {
+	log := ro.Logger
+	if len(cfg.Envs) == 0 {
+		return nil, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment (a URL, Owner/Env or builtin:NAME)"}
+	}
+	if cfg.Engine.Kind != "builtin" {
+		return nil, &config.FieldError{Field: "engine.kind", Value: cfg.Engine.Kind, Allowed: "builtin (the vllm engine is wired by `ortrain run` only when vLLM replicas are configured)"}
+	}
+	shape, err := cfg.GRPO.BatchShape()
+	if err != nil {
+		return nil, err
+	}
+	lossCfg, err := cfg.GRPO.LossConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output_dir: %w", err)
+	}
+	var resumeDir string
+	if ro.Resume {
+		if resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
+			return nil, fmt.Errorf("--resume: %w", err)
+		}
+	}
+
+	modelDir, err := PrepareModel(cfg, ro.Getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	chatSpec, err := LoadChat(modelDir, cfg.Chat)
+	if err != nil {
+		return nil, err
+	}
+	envList, err := ConnectEnvs(ctx, cfg.Envs, ro.Getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	defer CloseEnvs(envList)
+
+	lib, policy, err := loadPolicy(ctx, cfg, modelDir, resumeDir, lossCfg.Beta > 0, ro.Getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	defer lib.Close()
+	defer policy.m.Close()
+
+	gen := engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
+	})
+	defer gen.Close()
+
+	openers := make([]rollout.Opener, len(envList))
+	for i, e := range envList {
+		openers[i] = rollout.ClientOpener{Client: e.Client}
+	}
+	runner, err := rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, log))
+	if err != nil {
+		return nil, err
+	}
+
+	k := shape.PromptsPerRound()
+	etasks := make([]EnvTasks, len(envList))
+	for i, e := range envList {
+		etasks[i] = EnvTasks{Indices: e.Indices, Weight: e.Config.Weight}
+	}
+	sampler, err := NewTaskSampler(etasks, k, shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
+	if err != nil {
+		return nil, err
+	}
+	loopCfg, err := loopConfig(cfg, shape, lossCfg, envList, sampler)
+	if err != nil {
+		return nil, err
+	}
+	loop := NewLoop(loopCfg, sampler, runner, policy, gen, log)
+	if resumeDir != "" {
+		var st State
+		if err := ReadJSON(filepath.Join(resumeDir, "trainer_state.json"), &st); err != nil {
+			return nil, fmt.Errorf("--resume: %w", err)
+		}
+		if err := loop.Restore(st); err != nil {
+			return nil, fmt.Errorf("--resume from %s: %w", resumeDir, err)
+		}
+		log.Info().Str("checkpoint", resumeDir).Int("step", st.Step).Msg("resumed")
+	}
+
+	rd, err := openRunDir(cfg, modelDir, envList, ro, lib)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.close()
+	res := &Result{RunDir: cfg.OutputDir}
+	wireHooks(loop, rd, res, policy, cfg, ro)
+
+	if ro.OnStart != nil {
+		ro.OnStart(loopCfg.MaxSteps, loop.Step())
+	}
+	runErr := loop.Run(ctx)
+	res.Steps = loop.Step()
+	if runErr != nil && ctx.Err() == nil {
+		return res, runErr
+	}
+	// Finished or interrupted: write the final checkpoint with a fresh,
+	// bounded context (the run's context may be cancelled).
+	saveCtx, cancel := context.WithTimeout(context.Background(), max(ro.SaveTimeout, 2*time.Minute))
+	defer cancel()
+	if loop.Step() > 0 {
+		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, policy)
+		if err != nil {
+			return res, fmt.Errorf("final checkpoint: %w", err)
+		}
+		res.Checkpoint = path
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("%w at step %d (checkpoint: %s): %v", ErrInterrupted, loop.Step(), res.Checkpoint, runErr)
+	}
+	return res, nil
+}
+
+func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
+	g := cfg.GRPO
+	return rollout.Options{
+		SystemPrompt:        cfg.Chat.SystemPrompt,
+		Sampling:            engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP},
+		MaxCompletionTokens: g.MaxCompletionLength,
+		MaxToolIterations:   g.MaxToolCallingIterations,
+		FinalAnswerTool:     cfg.Chat.FinalAnswerTool,
+		MaxConcurrency:      cfg.Rollout.MaxConcurrency,
+		EpisodeTimeout:      cfg.Rollout.EpisodeTimeout,
+		CallTimeout:         cfg.Rollout.CallTimeout,
+		Seed:                cfg.Seed,
+		Logger:              log.With().Str("component", "rollout").Logger(),
+	}
+}
+
+// loopConfig derives the step budget and LR schedule.
+func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*Env, s *TaskSampler) (LoopConfig, error) {
+	g := cfg.GRPO
+	scale, err := grpo.ParseScaleRewards(g.ScaleRewards)
+	if err != nil {
+		return LoopConfig{}, err
+	}
+	agg, err := grpo.ParseRewardAggregation(g.RewardAggregation)
+	if err != nil {
+		return LoopConfig{}, err
+	}
+	maxSteps := g.MaxSteps
+	if maxSteps == 0 {
+		rounds := float64(s.RoundsPerEpoch()) * g.NumTrainEpochs
+		maxSteps = int(math.Floor(rounds * float64(shape.S*shape.Iterations) / float64(shape.GA)))
+		if maxSteps < 1 {
+			return LoopConfig{}, &config.FieldError{Field: "grpo.num_train_epochs", Value: g.NumTrainEpochs,
+				Allowed: fmt.Sprintf("enough epochs for one optimizer step (the envs have %d tasks, a round takes %d), or set max_steps", s.RoundsPerEpoch()*shape.PromptsPerRound(), shape.PromptsPerRound())}
+		}
+	}
+	warmup := g.WarmupSteps
+	if g.WarmupRatio > 0 {
+		warmup = int(math.Ceil(g.WarmupRatio * float64(maxSteps)))
+	}
+	sched := worker.LRSchedule{Kind: g.LRSchedulerType, Peak: g.LearningRate, WarmupSteps: warmup, TotalSteps: maxSteps}
+	if err := sched.Validate(); err != nil {
+		return LoopConfig{}, err
+	}
+	lc := LoopConfig{
+		Shape: Shape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
+		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
+		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
+		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, TrainTimeout: cfg.Engine.GenerateTimeout, Seed: cfg.Seed,
+	}
+	for _, e := range envList {
+		lc.EnvNames = append(lc.EnvNames, e.Name)
+		lc.Splits = append(lc.Splits, e.Config.Split)
+		lc.Secrets = append(lc.Secrets, e.Config.Secrets)
+	}
+	return lc, nil
+}
+
+// loadPolicy opens the worker library and loads the model (from the
+// checkpoint when resuming) with the optimizer settings of cfg.
+func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir string, reference bool, getenv func(string) string, log zerolog.Logger) (*worker.Library, *workerPolicy, error) {
+	path, _, err := worker.FindLibrary(cfg.Worker.Library, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	lib, err := worker.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	g := cfg.GRPO
+	opts := worker.ModelOptions{
+		Dir: modelDir, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
+		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
+		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
+	}
+	if opts.Threads == 0 {
+		opts.Threads = runtime.NumCPU()
+	}
+	if g.LoRA.Enabled {
+		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules}
+	}
+	if resumeDir != "" {
+		opts.Dir = checkpointModelDir(resumeDir, modelDir, g.LoRA.Enabled)
+	}
+	log.Info().Str("library", path).Str("model", opts.Dir).Str("device", opts.Device).Str("dtype", opts.DType).Int("threads", opts.Threads).Msg("loading policy")
+	m, err := lib.LoadModel(ctx, opts)
+	if err != nil {
+		lib.Close()
+		return nil, nil, err
+	}
+	p := &workerPolicy{m: m, lora: g.LoRA.Enabled}
+	if resumeDir != "" {
+		if err := p.restore(ctx, resumeDir); err != nil {
+			m.Close()
+			lib.Close()
+			return nil, nil, fmt.Errorf("--resume from %s: %w", resumeDir, err)
+		}
+	}
+	return lib, p, nil
+}
+
+func saveCheckpoint(ctx context.Context, dir string, loop *Loop, p Policy) (string, error) {
+	return SaveCheckpoint(dir, loop.Step(), loop.State(), func(tmp string) error { return p.SaveCheckpoint(ctx, tmp) })
+}
+
+// runDir holds the run directory's open files.
+type runDir struct {
+	metrics, trajectories *JSONLWriter
+}
+
+func (r *runDir) close() {
+	r.metrics.Close()
+	if r.trajectories != nil {
+		r.trajectories.Close()
+	}
+}
+
+// openRunDir writes config.yaml and manifest.json and opens the JSONL logs
+// (appending, so a resumed run continues them).
+func openRunDir(cfg *config.Config, modelDir string, envList []*Env, ro RunOptions, lib *worker.Library) (*runDir, error) {
+	y, err := cfg.YAML()
+	if err != nil {
+		return nil, fmt.Errorf("render config: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(cfg.OutputDir, "config.yaml"), y); err != nil {
+		return nil, err
+	}
+	hash, err := model.Hash(modelDir)
+	if err != nil {
+		return nil, fmt.Errorf("hash model %s: %w", modelDir, err)
+	}
+	info := lib.Info()
+	man := Manifest{
+		OrtrainVersion: ro.Version, LibtorchVersion: info.LibtorchVersion, WorkerVersion: fmt.Sprint(info.ABIVersion),
+		Model: modelDir, ModelHash: hash, Seed: cfg.Seed, StartedAt: time.Now().UTC().Format(time.RFC3339),
+	}
+	for _, e := range envList {
+		man.Envs = append(man.Envs, ManifestEnv{Target: e.Config.Target, Name: e.Name, Split: e.Config.Split, Indices: e.Indices})
+	}
+	if err := WriteJSONAtomic(filepath.Join(cfg.OutputDir, "manifest.json"), man); err != nil {
+		return nil, err
+	}
+	rd := &runDir{}
+	if rd.metrics, err = OpenJSONL(filepath.Join(cfg.OutputDir, "metrics.jsonl")); err != nil {
+		return nil, err
+	}
+	if cfg.Logging.LogCompletions {
+		if rd.trajectories, err = OpenJSONL(filepath.Join(cfg.OutputDir, "trajectories.jsonl")); err != nil {
+			rd.metrics.Close()
+			return nil, err
+		}
+	}
+	return rd, nil
+}
+
+// wireHooks connects the loop to the run directory and the caller.
+func wireHooks(loop *Loop, rd *runDir, res *Result, p Policy, cfg *config.Config, ro RunOptions) {
+	loop.OnRolloutDone = ro.OnRollout
+	loop.OnMetrics = func(m StepMetrics) {
+		if res.First.Step == 0 {
+			res.First = m
+		}
+		res.Last = m
+		if err := rd.metrics.Write(m.Map()); err != nil {
+			ro.Logger.Error().Err(err).Msg("write metrics.jsonl")
+		}
+		if ro.OnMetrics != nil {
+			ro.OnMetrics(m)
+		}
+	}
+	if rd.trajectories != nil {
+		loop.OnTrajectory = func(step int, t *rollout.Trajectory, reward, adv float64) {
+			if err := rd.trajectories.Write(NewTrajectoryRecord(step, t, reward, adv)); err != nil {
+				ro.Logger.Error().Err(err).Msg("write trajectories.jsonl")
+			}
+		}
+	}
+	loop.Checkpoint = func(ctx context.Context, step int) error {
+		path, err := saveCheckpoint(ctx, cfg.OutputDir, loop, p)
+		if err == nil {
+			ro.Logger.Info().Str("path", path).Int("step", step).Msg("checkpoint saved")
+		}
+		return err
+	}
+}
+
+// CheckWorker loads the worker library and the model once (for --dry-run).
+func CheckWorker(ctx context.Context, cfg *config.Config, modelDir string, getenv func(string) string) error {
+	lib, p, err := loadPolicy(ctx, cfg, modelDir, "", false, getenv, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	p.m.Close()
+	return lib.Close()
+}

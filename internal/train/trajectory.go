@@ -1,0 +1,57 @@
+package train
+
+import (
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// TrajectoryRecord is one line of trajectories.jsonl: what the model saw,
+// what it did, what the env answered, and what the trainer made of it.
+type TrajectoryRecord struct {
+	Step         int            `json:"step"`
+	Env          int            `json:"env"`
+	Split        string         `json:"split"`
+	TaskIndex    int            `json:"task_index"`
+	Prompt       string         `json:"prompt"`
+	Turns        []rollout.Turn `json:"turns"`
+	Rewards      []*float64     `json:"rewards"`
+	Reward       float64        `json:"reward"`
+	Advantage    float64        `json:"advantage"`
+	Outcome      string         `json:"outcome"`
+	Error        string         `json:"error,omitempty"`
+	ToolCalls    int            `json:"tool_calls"`
+	ToolFailures int            `json:"tool_failures"`
+	FormatErrors int            `json:"format_errors"`
+	Divergences  int            `json:"template_divergences,omitempty"`
+	PromptTokens int            `json:"prompt_tokens"`
+	Completion   int            `json:"completion_tokens"`
+	Sampled      int            `json:"sampled_tokens"`
+	Seconds      float64        `json:"seconds"`
+}
+
+// NewTrajectoryRecord builds the JSONL record of t. A NaN reward (failed
+// rollout) is written as 0 with the outcome saying why.
+func NewTrajectoryRecord(step int, t *rollout.Trajectory, reward, adv float64) TrajectoryRecord {
+	r := TrajectoryRecord{
+		Step: step, Env: t.Task.Env, Split: t.Task.Split, TaskIndex: t.Task.Index,
+		Prompt: t.Prompt, Turns: t.Turns, Rewards: t.Rewards, Reward: reward, Advantage: adv,
+		Outcome: string(t.Outcome), ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
+		FormatErrors: t.FormatErrors, Divergences: t.Divergences,
+		PromptTokens: t.PromptLen, Completion: max(0, len(t.Tokens)-t.PromptLen), Seconds: t.Duration.Seconds(),
+	}
+	if reward != reward {
+		r.Reward = 0
+	}
+	if t.Err != nil {
+		r.Error = t.Err.Error()
+	}
+	for _, m := range t.LossMask {
+		r.Sampled += int(m)
+	}
+	if r.Rewards == nil {
+		r.Rewards = []*float64{}
+	}
+	if r.Turns == nil {
+		r.Turns = []rollout.Turn{}
+	}
+	return r
+}
