@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -52,19 +51,4 @@ func UnloadAdapter(ctx context.Context, c *Client, name string) error {
 		return fmt.Errorf("unload adapter %s from %s: %w", name, c.URL(), err)
 	}
 	return nil
-}
-
-// OnAll runs fn on every client concurrently and joins the errors.
-func OnAll(clients []*Client, fn func(c *Client) error) error {
-	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(c)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
