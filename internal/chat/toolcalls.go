@@ -22,9 +22,13 @@ const (
 	// FormatMistral: [TOOL_CALLS] followed by a JSON array of calls, or by
 	// name[ARGS]{…} (newer Mistral tokenizers).
 	FormatMistral
+	// FormatQwenXML: <tool_call><function=NAME><parameter=KEY>VALUE
+	// </parameter></function></tool_call> (Qwen3-Coder, Qwen3.5); a value
+	// is JSON when it parses as JSON, else a string.
+	FormatQwenXML
 )
 
-var toolCallFormatNames = [...]string{"none", "hermes", "llama3_json", "mistral"}
+var toolCallFormatNames = [...]string{"none", "hermes", "llama3_json", "mistral", "qwen_xml"}
 
 func (f ToolCallFormat) String() string {
 	if int(f) < len(toolCallFormatNames) {
@@ -46,6 +50,8 @@ func ParseToolCallFormat(name string) (ToolCallFormat, error) {
 // DetectToolCallFormat picks the format a chat template teaches the model.
 func DetectToolCallFormat(template string) ToolCallFormat {
 	switch {
+	case strings.Contains(template, "<function=") && strings.Contains(template, "<parameter="):
+		return FormatQwenXML
 	case strings.Contains(template, "<tool_call>"):
 		return FormatHermes
 	case strings.Contains(template, "[TOOL_CALLS]"):
@@ -103,6 +109,8 @@ func ParseToolCalls(format ToolCallFormat, text string) (content string, calls [
 		return parseLlama3JSON(text)
 	case FormatMistral:
 		return parseMistral(text)
+	case FormatQwenXML:
+		return parseQwenXML(text)
 	}
 	return strings.TrimSpace(text), nil, nil
 }
@@ -116,6 +124,18 @@ func truncate(s string) string {
 }
 
 func parseHermes(text string) (string, []ToolCall, error) {
+	return parseToolCallBlocks(text, func(i int, body string) (ToolCall, error) {
+		return decodeCallObject(FormatHermes, i, body, "arguments")
+	})
+}
+
+func parseQwenXML(text string) (string, []ToolCall, error) {
+	return parseToolCallBlocks(text, decodeXMLCall)
+}
+
+// parseToolCallBlocks cuts <tool_call>…</tool_call> blocks (the last may be
+// unclosed) out of text and decodes each.
+func parseToolCallBlocks(text string, decode func(i int, body string) (ToolCall, error)) (string, []ToolCall, error) {
 	const open, closeTag = "<tool_call>", "</tool_call>"
 	var content strings.Builder
 	var calls []ToolCall
@@ -133,7 +153,7 @@ func parseHermes(text string) (string, []ToolCall, error) {
 		if end >= 0 {
 			body, rest = body[:end], body[end+len(closeTag):]
 		}
-		call, err := decodeCallObject(FormatHermes, i, body, "arguments")
+		call, err := decode(i, body)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -265,4 +285,66 @@ func parseMistral(text string) (string, []ToolCall, error) {
 		calls = append(calls, ToolCall{Name: name, Arguments: norm})
 	}
 	return content, calls, nil
+}
+
+// decodeXMLCall reads <function=NAME><parameter=KEY>VALUE</parameter>…
+// </function>.
+func decodeXMLCall(index int, body string) (ToolCall, error) {
+	fail := func(reason string) (ToolCall, error) {
+		return ToolCall{}, &ToolCallError{Format: FormatQwenXML, Index: index, Text: truncate(strings.TrimSpace(body)), Reason: reason}
+	}
+	rest := strings.TrimSpace(body)
+	if !strings.HasPrefix(rest, "<function=") {
+		return fail("want <function=NAME>")
+	}
+	name, rest, ok := strings.Cut(rest[len("<function="):], ">")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return fail("want <function=NAME> with a non-empty name")
+	}
+	var args bytes.Buffer
+	args.WriteByte('{')
+	for n := 0; ; n++ {
+		rest = strings.TrimSpace(rest)
+		if strings.HasPrefix(rest, "</function>") || rest == "" {
+			break // an unclosed function at the end is accepted
+		}
+		if !strings.HasPrefix(rest, "<parameter=") {
+			return fail("want <parameter=KEY> or </function>")
+		}
+		key, after, ok := strings.Cut(rest[len("<parameter="):], ">")
+		value, tail, closed := strings.Cut(after, "</parameter>")
+		if !ok || strings.TrimSpace(key) == "" || !closed {
+			return fail("want <parameter=KEY>VALUE</parameter>")
+		}
+		if n > 0 {
+			args.WriteString(", ")
+		}
+		args.Write(jsonString(strings.TrimSpace(key)))
+		args.WriteString(": ")
+		args.Write(xmlParameterJSON(value))
+		rest = tail
+	}
+	args.WriteByte('}')
+	return ToolCall{Name: name, Arguments: json.RawMessage(args.Bytes())}, nil
+}
+
+// xmlParameterJSON is a parameter value as JSON: the value itself when it
+// parses as JSON, else a JSON string (one newline trimmed at each end).
+func xmlParameterJSON(value string) []byte {
+	value = strings.TrimSuffix(strings.TrimPrefix(value, "\n"), "\n")
+	if trimmed := strings.TrimSpace(value); trimmed != "" && json.Valid([]byte(trimmed)) {
+		return []byte(trimmed)
+	}
+	return jsonString(value)
+}
+
+// jsonString encodes s without HTML escaping (json.Marshal writes < as
+// \u003c).
+func jsonString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

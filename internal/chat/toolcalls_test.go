@@ -55,6 +55,12 @@ func TestParseToolCalls(t *testing.T) {
 			"Sure.[TOOL_CALLS]a[ARGS]{\"x\": 1}[TOOL_CALLS]b[ARGS]{}",
 			"Sure.", []wantCall{{"a", `{"x": 1}`}, {"b", `{}`}}, false},
 		{"mistral bad array", FormatMistral, "[TOOL_CALLS][{\"name\": ", "", nil, true},
+		{"qwen xml", FormatQwenXML,
+			"Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n</function>\n</tool_call><|im_end|>",
+			"Checking.", []wantCall{{"get_weather", `{"city": "San Francisco", "days": 3, "opts": {"unit": "c"}}`}}, false},
+		{"qwen xml no parameters", FormatQwenXML, "<tool_call><function=ping></function></tool_call>", "", []wantCall{{"ping", `{}`}}, false},
+		{"qwen xml unclosed parameter", FormatQwenXML,
+			"<tool_call><function=a><parameter=x>1</tool_call>", "", nil, true},
 		{"none format", FormatNone, "<tool_call>{}</tool_call>", "<tool_call>{}</tool_call>", nil, false},
 	}
 	for _, tc := range cases {
@@ -93,13 +99,14 @@ func TestDetectToolCallFormat(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, DetectToolCallFormat(string(src)), path)
 	}
-	for _, name := range []string{"hermes", "llama3_json", "mistral", "none"} {
+	assert.Equal(t, FormatQwenXML, DetectToolCallFormat("<tool_call>\n<function={{ name }}>\n<parameter={{ k }}>"))
+	for _, name := range []string{"hermes", "llama3_json", "mistral", "qwen_xml", "none"} {
 		f, err := ParseToolCallFormat(name)
 		require.NoError(t, err)
 		assert.Equal(t, name, f.String())
 	}
 	_, err := ParseToolCallFormat("xml")
-	assert.ErrorContains(t, err, "allowed: none, hermes, llama3_json, mistral")
+	assert.ErrorContains(t, err, "allowed: none, hermes, llama3_json, mistral, qwen_xml")
 }
 
 // FuzzParseToolCalls checks that no input makes a parser panic, and that
@@ -112,13 +119,14 @@ func FuzzParseToolCalls(f *testing.F) {
 		"[TOOL_CALLS][{\"name\": \"a\", \"arguments\": null}]",
 		"[TOOL_CALLS]a[ARGS]{\"x\": [1, 2]}[TOOL_CALLS][ARGS]",
 		"text<|im_end|><|eot_id|>",
-		"{", "<tool_call>", "[TOOL_CALLS]", "",
+		"<tool_call><function=f><parameter=a>\n[1, 2]\n</parameter></function></tool_call>",
+		"<tool_call><function=><parameter=>x", "{", "<tool_call>", "[TOOL_CALLS]", "",
 	}
 	for _, s := range seeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		for _, format := range []ToolCallFormat{FormatNone, FormatHermes, FormatLlama3JSON, FormatMistral} {
+		for _, format := range []ToolCallFormat{FormatNone, FormatHermes, FormatLlama3JSON, FormatMistral, FormatQwenXML} {
 			_, calls, err := ParseToolCalls(format, text)
 			if err != nil {
 				var tcErr *ToolCallError
