@@ -14,9 +14,10 @@
 // renders it (package jinja: trim_blocks, lstrip_blocks, loop controls,
 // raise_exception, strftime_now, transformers' tojson).
 //
-// Tool calls: ParseToolCalls reads Hermes/Qwen <tool_call> blocks, Llama 3
-// JSON calls and Mistral [TOOL_CALLS]; DetectToolCallFormat picks the format
-// from the template. Malformed calls are *ToolCallError values.
+// Tool calls: ParseToolCalls reads Hermes/Qwen <tool_call> JSON blocks,
+// Llama 3 JSON calls, Mistral [TOOL_CALLS] and Qwen's XML form
+// (<function=…><parameter=…>); DetectToolCallFormat picks the format from the
+// template. Malformed calls are *ToolCallError values, never panics.
 //
 // Conversation: the token-exact rollout transcript. Sampled ids are appended
 // verbatim with loss mask 1; tool turns are rendered, checked against the
