@@ -58,6 +58,9 @@ func LoadTokenizerWith(modelDir string, opts LoadOptions) (*Tokenizer, error) {
 	}
 	tok.special = resolveSpecial(tok, cfg, readGenerationEOS(filepath.Join(modelDir, "generation_config.json")))
 	tok.chatTemplates = cfg.chatTemplates
+	if err := readChatTemplateJSON(filepath.Join(modelDir, "chat_template.json"), tok.chatTemplates); err != nil {
+		return nil, err
+	}
 	tok.cleanUpSpaces = cfg.cleanUpSpaces
 	tok.specialStrings = map[string]string{}
 	for name, v := range map[string]string{"bos_token": cfg.bos, "eos_token": cfg.eos, "pad_token": cfg.pad, "unk_token": cfg.unk} {
@@ -71,6 +74,28 @@ func LoadTokenizerWith(modelDir string, opts LoadOptions) (*Tokenizer, error) {
 		return nil, fmt.Errorf("read chat template: %w", err)
 	}
 	return tok, nil
+}
+
+// readChatTemplateJSON reads a processor-style chat_template.json
+// ({"chat_template": …}), which takes precedence over tokenizer_config.json.
+func readChatTemplateJSON(path string, into map[string]string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read chat template: %w", err)
+	}
+	var raw struct {
+		ChatTemplate json.RawMessage `json:"chat_template"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	if err := parseChatTemplateField(raw.ChatTemplate, into); err != nil {
+		return fmt.Errorf("parse %s: chat_template: %w", path, err)
+	}
+	return nil
 }
 
 // readMaybeGzip reads path, or path+".gz" decompressed.

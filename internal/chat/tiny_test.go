@@ -270,3 +270,26 @@ func TestMetaspaceByteFallbackTokenizer(t *testing.T) {
 	assert.Equal(t, "Hé", tok.Decode(ids, false))
 	assert.Equal(t, "H\uFFFD", tok.Decode(ids[:2], false), "a cut UTF-8 sequence decodes to U+FFFD per byte")
 }
+
+// chat_template.jinja beats chat_template.json, which beats
+// tokenizer_config.json (transformers' order).
+func TestChatTemplateSources(t *testing.T) {
+	dir := writeTinyModel(t, "bytelevel")
+	tok, err := LoadTokenizer(dir)
+	require.NoError(t, err)
+	assert.Contains(t, mustTemplate(t, tok), "<tool_call>", "from tokenizer_config.json")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.json"), []byte(`{"chat_template": "json {{ messages | length }}"}`), 0o644))
+	tok, err = LoadTokenizer(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "json {{ messages | length }}", mustTemplate(t, tok))
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("jinja {{ messages | length }}\n"), 0o644))
+	tok, err = LoadTokenizer(dir)
+	require.NoError(t, err)
+	tmpl, err := tok.Template("")
+	require.NoError(t, err)
+	out, err := tmpl.Render([]Message{{Role: "user", Content: "x"}}, nil, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "jinja 1", out, "trailing newline dropped as jinja2 does")
+}

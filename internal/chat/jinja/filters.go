@@ -309,8 +309,11 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 		return ok, nil
 	}
 	switch name {
-	case "equalto", "eq", "==", "sameas":
+	case "equalto", "eq", "==":
 		return equal(v, argAt(0)), nil
+	case "sameas": // Python identity: only None, bools and equal scalars of one type
+		w := argAt(0)
+		return typeName(v) == typeName(w) && equal(v, w), nil
 	case "ne", "!=":
 		return !equal(v, argAt(0)), nil
 	case "in":
