@@ -1,0 +1,157 @@
+package train
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// requireWorker skips when the worker library is not built, unless
+// ORTRAIN_REQUIRE_WORKER is set (CI), where that is a failure.
+func requireWorker(t *testing.T) {
+	t.Helper()
+	if _, searched, err := worker.FindLibrary("", os.Getenv); err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_WORKER") != "" {
+			t.Fatalf("ORTRAIN_REQUIRE_WORKER is set but the worker library is missing: %v (searched %v)", err, searched)
+		}
+		t.Skipf("worker library not built (run scripts/build-worker.sh): %v", err)
+	}
+}
+
+// quickstart loads the embedded quickstart config into a temp directory.
+func quickstart(t *testing.T, out string, maxSteps int) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(config.Source{Data: configs.Quickstart()})
+	require.NoError(t, err)
+	cfg.Model = filepath.Join(filepath.Dir(out), "model")
+	cfg.OutputDir = out
+	cfg.GRPO.MaxSteps = maxSteps
+	return cfg
+}
+
+func readMetrics(t *testing.T, dir string) []map[string]float64 {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]float64
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
+		out = append(out, m)
+	}
+	return out
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
+
+// TestQuickstartRunAndResume runs the quickstart for a few steps, then
+// resumes it, and checks every file a run leaves behind.
+func TestQuickstartRunAndResume(t *testing.T) {
+	requireWorker(t)
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 4)
+	cfg.GRPO.SaveSteps = 2
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+
+	res, err := Run(context.Background(), cfg, RunOptions{Logger: log, Getenv: func(string) string { return "" }, Version: "test"})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Steps)
+	assert.Equal(t, filepath.Join(out, "checkpoints", "step-000004"), res.Checkpoint)
+	for _, f := range []string{"config.yaml", "manifest.json", "metrics.jsonl", "trajectories.jsonl"} {
+		assert.FileExists(t, filepath.Join(out, f))
+	}
+	for _, step := range []string{"step-000002", "step-000004"} {
+		ck := filepath.Join(out, "checkpoints", step)
+		for _, f := range []string{"DONE", "trainer_state.json", "optimizer.pt", "model/config.json", "model/model.safetensors", "model/tokenizer.json"} {
+			assert.FileExists(t, filepath.Join(ck, f))
+		}
+	}
+	metrics := readMetrics(t, out)
+	require.Len(t, metrics, 4)
+	for i, m := range metrics {
+		assert.Equal(t, float64(i+1), m["step"])
+		for _, k := range []string{"reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm", "entropy",
+			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "rewards/letters/mean"} {
+			assert.Contains(t, m, k, "step %d", i+1)
+		}
+	}
+	assert.Equal(t, 4*32, countLines(t, filepath.Join(out, "trajectories.jsonl")))
+	var man Manifest
+	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &man))
+	assert.Len(t, man.ModelHash, 64)
+	assert.Equal(t, "letters", man.Envs[0].Name)
+	assert.Len(t, man.Envs[0].Indices, 64)
+	var st State
+	require.NoError(t, ReadJSON(filepath.Join(res.Checkpoint, "trainer_state.json"), &st))
+	assert.Equal(t, 4, st.Step)
+	assert.Equal(t, 4, st.Sampler.Round)
+
+	// Resume: two more steps continue the same files from step 5.
+	cfg = quickstart(t, out, 6)
+	res, err = Run(context.Background(), cfg, RunOptions{Logger: log, Getenv: func(string) string { return "" }, Version: "test", Resume: true})
+	require.NoError(t, err)
+	assert.Equal(t, 6, res.Steps)
+	metrics = readMetrics(t, out)
+	require.Len(t, metrics, 6)
+	assert.Equal(t, 5.0, metrics[4]["step"])
+	assert.Greater(t, metrics[4]["num_tokens"], metrics[3]["num_tokens"], "cumulative counters continue")
+	assert.FileExists(t, filepath.Join(out, "checkpoints", "step-000006", "DONE"))
+
+	// Resuming a finished run is a no-op that says so by taking no steps.
+	_, err = Run(context.Background(), quickstart(t, filepath.Join(t.TempDir(), "none"), 2),
+		RunOptions{Logger: log, Getenv: func(string) string { return "" }, Resume: true})
+	require.ErrorIs(t, err, ErrNoCheckpoint)
+}
+
+// TestQuickstartLearns is the learning test: on the quickstart the mean
+// reward must rise from near zero to at least 0.5.
+func TestQuickstartLearns(t *testing.T) {
+	requireWorker(t)
+	if testing.Short() {
+		t.Skip("learning test takes about a minute")
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 100)
+	cfg.GRPO.SaveSteps = 0
+	cfg.Logging.LogCompletions = false
+	res, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	metrics := readMetrics(t, out)
+	require.Len(t, metrics, 100)
+	mean := func(ms []map[string]float64) float64 {
+		s := 0.0
+		for _, m := range ms {
+			s += m["reward"]
+		}
+		return s / float64(len(ms))
+	}
+	first, last := mean(metrics[:5]), mean(metrics[90:])
+	t.Logf("mean reward: first 5 steps %.3f, last 10 steps %.3f (checkpoint %s)", first, last, res.Checkpoint)
+	assert.LessOrEqual(t, first, 0.1)
+	assert.GreaterOrEqual(t, last, 0.5)
+}
