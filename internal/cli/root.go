@@ -118,6 +118,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	root.AddCommand(
 		newVersionCmd(deps),
 		newRunCmd(deps, nil),
+		newEvalCmd(deps, nil),
 		newInitModelCmd(deps, nil),
 		newServeEngineCmd(deps, nil),
 		newServeVLLMCmd(deps, nil),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -54,9 +55,13 @@ var configFlags = []struct {
 	{"engine.kind", "engine", "generation backend: builtin or vllm", "string"},
 }
 
-// addConfigFlags registers configFlags on fs and records them in opts.
-func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag) {
+// addConfigFlags registers configFlags (but the names in except) on fs
+// and records them in flags.
+func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...string) {
 	for _, f := range configFlags {
+		if slices.Contains(except, f.name) {
+			continue
+		}
 		switch f.kind {
 		case "int":
 			fs.Int(f.name, 0, f.usage)

@@ -88,7 +88,7 @@ type JSONLWriter struct {
 func OpenJSONL(path string) (*JSONLWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open log: %w", err)
 	}
 	return &JSONLWriter{f: f, w: bufio.NewWriter(f)}, nil
 }

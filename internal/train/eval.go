@@ -1,0 +1,211 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// EvalOptions configure Evaluate.
+type EvalOptions struct {
+	Logger zerolog.Logger
+	Getenv func(string) string
+	// NumGenerations is n, the rollouts per task (pass@k needs k <= n).
+	NumGenerations int
+	// PassThreshold: a rollout passes when its reward is at least this.
+	PassThreshold float64
+	OnRollout     func(*rollout.Trajectory)
+}
+
+// TaskEval is one task's results.
+type TaskEval struct {
+	Env      string             `json:"env"`
+	Split    string             `json:"split"`
+	Index    int                `json:"task_index"`
+	Rewards  []float64          `json:"rewards"`
+	Mean     float64            `json:"mean_reward"`
+	Passes   int                `json:"passes"`
+	PassAtK  map[string]float64 `json:"pass_at_k"`
+	Failures int                `json:"failed_rollouts"`
+}
+
+// EvalResult summarises an evaluation.
+type EvalResult struct {
+	Tasks      []TaskEval         `json:"tasks"`
+	MeanReward float64            `json:"mean_reward"`
+	PassAtK    map[string]float64 `json:"pass_at_k"`
+	Rollouts   int                `json:"rollouts"`
+	Failures   int                `json:"failed_rollouts"`
+	Duration   float64            `json:"seconds"`
+	Ks         []int              `json:"ks"`
+	Trajectory string             `json:"trajectories,omitempty"`
+}
+
+// Evaluate runs NumGenerations rollouts of every configured task with the
+// policy's current weights, without training, and reports per-task mean
+// reward and pass@k (unbiased estimator, Chen et al. 2021).
+func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalResult, error) {
+	start := time.Now()
+	if len(cfg.Envs) == 0 {
+		return nil, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment"}
+	}
+	if eo.NumGenerations < 1 {
+		return nil, &config.FieldError{Field: "num_generations", Value: eo.NumGenerations, Allowed: "at least 1"}
+	}
+	modelDir, err := PrepareModel(cfg, eo.Getenv, eo.Logger)
+	if err != nil {
+		return nil, err
+	}
+	chatSpec, err := LoadChat(modelDir, cfg.Chat)
+	if err != nil {
+		return nil, err
+	}
+	envList, err := ConnectEnvs(ctx, cfg.Envs, eo.Getenv, eo.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer CloseEnvs(envList)
+	lib, policy, err := loadPolicy(ctx, cfg, modelDir, "", false, eo.Getenv, eo.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer lib.Close()
+	defer policy.m.Close()
+	gen := engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: eo.Logger,
+	})
+	defer gen.Close()
+	openers := make([]rollout.Opener, len(envList))
+	for i, e := range envList {
+		openers[i] = rollout.ClientOpener{Client: e.Client}
+	}
+	runner, err := rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, eo.Logger))
+	if err != nil {
+		return nil, err
+	}
+	var tasks []rollout.Task
+	for ei, e := range envList {
+		for _, idx := range e.Indices {
+			for g := range eo.NumGenerations {
+				tasks = append(tasks, rollout.Task{Env: ei, Split: e.Config.Split, Index: idx, Secrets: e.Config.Secrets,
+					Seed: (cfg.Seed+7)*1_000_003 + int64(len(tasks)) + int64(g) + 1})
+			}
+		}
+	}
+	trajs := runner.RunAll(ctx, tasks, eo.OnRollout)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	agg, err := grpo.ParseRewardAggregation(cfg.GRPO.RewardAggregation)
+	if err != nil {
+		return nil, err
+	}
+	res := summarize(trajs, envList, agg, eo)
+	res.Duration = time.Since(start).Seconds()
+	if cfg.Logging.LogCompletions {
+		if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
+			return nil, fmt.Errorf("create output_dir: %w", err)
+		}
+		path := filepath.Join(cfg.OutputDir, "eval_trajectories.jsonl")
+		if err := writeEvalTrajectories(path, trajs, agg); err != nil {
+			return nil, err
+		}
+		res.Trajectory = path
+	}
+	return res, nil
+}
+
+func summarize(trajs []*rollout.Trajectory, envList []*Env, agg grpo.RewardAggregation, eo EvalOptions) *EvalResult {
+	n := eo.NumGenerations
+	res := &EvalResult{Rollouts: len(trajs), PassAtK: map[string]float64{}}
+	for k := 1; k <= n; k *= 2 {
+		res.Ks = append(res.Ks, k)
+	}
+	if res.Ks[len(res.Ks)-1] != n {
+		res.Ks = append(res.Ks, n)
+	}
+	total := 0.0
+	for i := 0; i < len(trajs); i += n {
+		group := trajs[i : i+n]
+		t0 := group[0].Task
+		te := TaskEval{Env: envList[t0.Env].Name, Split: t0.Split, Index: t0.Index, PassAtK: map[string]float64{}}
+		for _, tr := range group {
+			r := agg.Aggregate(tr.Rewards)
+			if tr.Outcome.Failed() {
+				te.Failures++
+				r = 0
+			}
+			te.Rewards = append(te.Rewards, r)
+			te.Mean += r / float64(n)
+			if r >= eo.PassThreshold {
+				te.Passes++
+			}
+		}
+		for _, k := range res.Ks {
+			te.PassAtK[fmt.Sprintf("pass@%d", k)] = passAtK(n, te.Passes, k)
+		}
+		res.Failures += te.Failures
+		total += te.Mean
+		res.Tasks = append(res.Tasks, te)
+	}
+	sort.SliceStable(res.Tasks, func(a, b int) bool {
+		if res.Tasks[a].Env != res.Tasks[b].Env {
+			return res.Tasks[a].Env < res.Tasks[b].Env
+		}
+		return res.Tasks[a].Index < res.Tasks[b].Index
+	})
+	if len(res.Tasks) > 0 {
+		res.MeanReward = total / float64(len(res.Tasks))
+		for _, k := range res.Ks {
+			key := fmt.Sprintf("pass@%d", k)
+			s := 0.0
+			for _, t := range res.Tasks {
+				s += t.PassAtK[key]
+			}
+			res.PassAtK[key] = s / float64(len(res.Tasks))
+		}
+	}
+	return res
+}
+
+// passAtK is the unbiased estimator 1 - C(n-c, k) / C(n, k) of the chance
+// that at least one of k samples (out of n with c passing) passes.
+func passAtK(n, c, k int) float64 {
+	if n-c < k {
+		return 1
+	}
+	p := 1.0
+	for i := n - c + 1; i <= n; i++ {
+		p *= 1 - float64(k)/float64(i)
+	}
+	return 1 - p
+}
+
+func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, agg grpo.RewardAggregation) error {
+	w, err := OpenJSONL(path)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for _, t := range trajs {
+		r := agg.Aggregate(t.Rewards)
+		if t.Outcome.Failed() {
+			r = math.NaN()
+		}
+		if err := w.Write(NewTrajectoryRecord(0, t, r, 0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
