@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/ors/orsserver"
+	"github.com/ortrain/ortrain/internal/train"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+func TestRunPrintConfigAndValidation(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{"print embedded quickstart", []string{"run", "--print-config"}, nil, ExitOK,
+			[]string{"target: builtin:letters", "final_answer_tool: submit", "max_steps: 100"}, nil},
+		{"flag beats env beats file", []string{"run", "--print-config", "--learning-rate", "0.5"},
+			map[string]string{"ORTRAIN_GRPO_LEARNING_RATE": "0.25", "ORTRAIN_GRPO_NUM_GENERATIONS": "4"}, ExitOK,
+			[]string{"learning_rate: 0.5", "num_generations: 4"}, nil},
+		{"env flag replaces envs", []string{"run", "--print-config", "--env", "Eigent/SETA"}, nil, ExitOK,
+			[]string{"target: Eigent/SETA"}, nil},
+		{"bad value is a usage error naming the field", []string{"run", "--loss-type", "ppo"}, nil, ExitUsage,
+			nil, []string{"grpo.loss_type", `"ppo"`, "dapo"}},
+		{"bad env var names the variable", []string{"run", "--print-config"}, map[string]string{"ORTRAIN_SEED": "x"}, ExitUsage,
+			nil, []string{"ORTRAIN_SEED"}},
+		{"missing config file", []string{"run", "--config", "/nonexistent.yaml"}, nil, ExitUsage,
+			nil, []string{"/nonexistent.yaml"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			io, out, errOut := TestIO()
+			deps := SystemDeps()
+			deps.IO = io
+			deps.Getenv = func(k string) string { return tc.env[k] }
+			code := Execute(context.Background(), deps, tc.args)
+			assert.Equal(t, tc.code, code, "stderr: %s", errOut)
+			for _, s := range tc.stdout {
+				assert.Contains(t, out.String(), s)
+			}
+			for _, s := range tc.stderr {
+				assert.Contains(t, errOut.String(), s)
+			}
+		})
+	}
+}
+
+func TestRunUnknownConfigKey(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("grpo:\n  learnig_rate: 1\n"), 0o644))
+	io, _, errOut := TestIO()
+	deps := SystemDeps()
+	deps.IO = io
+	code := Execute(context.Background(), deps, []string{"run", "--config", p})
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, errOut.String(), `unknown key "grpo.learnig_rate" (did you mean "grpo.learning_rate"?)`)
+}
+
+// buildOrtrain builds the real binary for black-box tests.
+func buildOrtrain(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ortrain")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// TestRunInterruptSavesCheckpointAndClosesSessions sends SIGINT to a real
+// `ortrain run` training against an env server this test owns, then checks
+// the exit code, the checkpoint (loadable by the worker) and that every ORS
+// session was closed.
+func TestRunInterruptSavesCheckpointAndClosesSessions(t *testing.T) {
+	lib, searched, err := worker.FindLibrary("", os.Getenv)
+	if err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_WORKER") != "" {
+			t.Fatalf("worker library missing: %v (searched %v)", err, searched)
+		}
+		t.Skipf("worker library not built: %v", err)
+	}
+	bin := buildOrtrain(t)
+	url, srv, stop, err := envs.ServeLocal(context.Background(), "letters", orsserver.Options{Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
+
+	work := t.TempDir()
+	out := filepath.Join(work, "run")
+	cmd := exec.Command(bin, "run", "--env", url, "--output-dir", out, "--max-steps", "100000", "--log-format", "json")
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	// Interrupt once two steps are logged (the run is mid-training then).
+	metrics := filepath.Join(out, "metrics.jsonl")
+	require.Eventually(t, func() bool { return lines(metrics) >= 2 }, 3*time.Minute, 100*time.Millisecond, "stderr: %s", &stderr)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	var exitErr *exec.ExitError
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("ortrain did not exit after SIGINT; stderr: %s", &stderr)
+	}
+	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
+	assert.Equal(t, ExitInterrupted, exitErr.ExitCode(), "stderr: %s", &stderr)
+	assert.Contains(t, stderr.String(), "interrupted")
+
+	ck, step, err := train.LatestCheckpoint(out)
+	require.NoError(t, err, "stderr: %s", &stderr)
+	assert.GreaterOrEqual(t, step, 2)
+	var st train.State
+	require.NoError(t, train.ReadJSON(filepath.Join(ck, "trainer_state.json"), &st))
+	assert.Equal(t, step, st.Step)
+
+	// The checkpoint loads: weights and optimizer state.
+	l, err := worker.Open(lib)
+	require.NoError(t, err)
+	m, err := l.LoadModel(context.Background(), worker.ModelOptions{Dir: filepath.Join(ck, "model"), Threads: 1})
+	require.NoError(t, err)
+	require.NoError(t, m.LoadOptimizer(context.Background(), filepath.Join(ck, "optimizer.pt")))
+	require.NoError(t, m.Close())
+
+	s := srv.Stats()
+	assert.Equal(t, int64(0), s.Live, "no session left open")
+	assert.Equal(t, s.Created, s.Deleted)
+	assert.Positive(t, s.Created)
+}
+
+func lines(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) != "" {
+			n++
+		}
+	}
+	return n
+}
