@@ -31,9 +31,17 @@ lint:
 install: build
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/ortrain
 
-# demo: the main job on the embedded defaults.
+# demo: the main job on the embedded defaults — GRPO on CPU against the
+# built-in letters env with a tiny model created on first run
+# (configs/quickstart.yaml, embedded in the binary).
 demo: setup build
-	$(BIN) list-tasks --env builtin:echo --tools
+	$(BIN) run
+
+# bench: Go benchmarks (ORS round trips, tokenizer, rendering) and the
+# worker's CPU throughput against PyTorch eager.
+bench:
+	$(GO) test -run '^$$' -bench . ./...
+	scripts/bench-worker
 
 clean:
 	rm -rf bin build
