@@ -179,3 +179,42 @@ func TestRenderLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderExtraTemplates renders four more real templates (DeepSeek-V3.1,
+// GLM-4.5, Mistral Small 3.1, MiniMax-M2) on eight conversations and
+// compares with jinja2. Where jinja2 raised a Python TypeError the renderer
+// must fail too (the messages differ); TemplateErrors must match exactly.
+func TestRenderExtraTemplates(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(templateTestdata, "extra", "extra_rendered.json"))
+	require.NoError(t, err)
+	fixture, err := FromJSON(data)
+	require.NoError(t, err)
+	casesV, _ := fixture.(*Dict).Get("cases")
+	require.Len(t, casesV, 32)
+	noon := func() time.Time { return time.Date(2024, 7, 26, 12, 0, 0, 0, time.Local) }
+	for _, cv := range casesV.([]Value) {
+		c := cv.(*Dict)
+		t.Run(str(c, "template")+"/"+str(c, "scenario"), func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(templateTestdata, "extra", str(c, "template")))
+			require.NoError(t, err)
+			tmpl, err := Parse(string(src))
+			require.NoError(t, err)
+			varsV, _ := c.Get("vars")
+			vars := map[string]Value{}
+			for _, k := range varsV.(*Dict).Keys() {
+				vars[k], _ = varsV.(*Dict).Get(k)
+			}
+			got, err := tmpl.Render(vars, RenderOptions{Now: noon})
+			if want, isErr := c.Get("expected_error"); isErr {
+				require.Error(t, err)
+				if strings.HasPrefix(want.(string), "TemplateError") {
+					assert.Equal(t, want, err.Error())
+				}
+				return
+			}
+			require.NoError(t, err)
+			want, _ := c.Get("expected")
+			assert.Equal(t, want, got)
+		})
+	}
+}
