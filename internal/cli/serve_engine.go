@@ -64,8 +64,8 @@ vLLM's HTTP API that ortrain uses, with vLLM's JSON shapes:
   POST /v1/load_lora_adapter, /v1/unload_lora_adapter   (with --enable-lora)
 
 It exists so the vLLM path (supervisor, client, weight sync) runs where vLLM is
-not installed; ` + "`ortrain serve-vllm --command`" + ` and the engine.vllm_command config
-can launch it in place of ` + "`vllm serve`" + `. It accepts the vllm serve flags the
+not installed: ` + "`ortrain serve-vllm --command \"ortrain serve-engine\"`" + ` launches and
+supervises it in place of ` + "`vllm serve`" + `. It accepts the vllm serve flags the
 supervisor passes; --tensor-parallel-size and --gpu-memory-utilization are
 accepted for that reason and do not change the results (it runs on --device).
 Log-probs are always processed_logprobs (after temperature and truncation).

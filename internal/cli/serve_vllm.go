@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -125,6 +126,9 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 	}
 	launch := vllm.LaunchConfig{Command: command, Model: dir, Host: opts.Host, TensorParallelSize: opts.TensorParallel,
 		GPUMemoryUtilization: opts.GPUMemoryUtil, MaxModelLen: opts.MaxModelLen, ExtraArgs: opts.ExtraArgs, Environ: opts.Environ()}
+	if opts.EnableLoRA && !slices.Contains([]int{1, 8, 16, 32, 64, 128, 256, 320, 512}, opts.MaxLoRARank) {
+		return usageErrorf("--max-lora-rank %d: vLLM accepts 1, 8, 16, 32, 64, 128, 256, 320 or 512", opts.MaxLoRARank)
+	}
 	if opts.EnableLoRA {
 		launch.LoRA = &vllm.LoRALaunch{MaxRank: opts.MaxLoRARank, MaxLoras: opts.MaxLoRAs}
 	}

@@ -78,6 +78,7 @@ func TestServeVLLMUsageErrors(t *testing.T) {
 		{[]string{"serve-vllm", "--model", dir, "--gpus", "1,2,3", "--tensor-parallel-size", "2"}, "do not split into 1 replica(s) × tensor parallel size 2"},
 		{[]string{"serve-vllm", "--model", dir, "--gpus", "a"}, "--gpus"},
 		{[]string{"serve-vllm", "--model", dir, "stray"}, "extra vllm serve args go after --"},
+		{[]string{"serve-vllm", "--model", dir, "--enable-lora", "--max-lora-rank", "12"}, "vLLM accepts 1, 8, 16"},
 		{[]string{"serve-vllm", "--model", filepath.Join(dir, "missing")}, "--model"},
 	}
 	for _, tt := range tests {

@@ -549,7 +549,7 @@ func StartVLLMRun(ctx context.Context, r VLLMRun) (*VLLM, error) {
 	var lora *vllm.LoRALaunch
 	if r.LoRA != nil {
 		mode = SyncLoRA
-		rank := 8
+		rank := r.LoRA.Rank // above 512 vLLM refuses it with its own message
 		for _, allowed := range []int{1, 8, 16, 32, 64, 128, 256, 320, 512} {
 			if allowed >= r.LoRA.Rank {
 				rank = allowed // --max-lora-rank must be one of vLLM's sizes
