@@ -18,10 +18,11 @@ import (
 
 // ServeVLLMOptions are the inputs of `ortrain serve-vllm`.
 type ServeVLLMOptions struct {
-	IO      *IOStreams
-	Logger  zerolog.Logger
-	Getenv  func(string) string
-	Environ func() []string
+	IO         *IOStreams
+	Logger     zerolog.Logger
+	Getenv     func(string) string
+	Environ    func() []string
+	Executable func() (string, error)
 
 	Model          string
 	GPUs           string
@@ -67,6 +68,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
   ortrain serve-vllm --model /models/qwen3-8b --gpus 2,3 --tensor-parallel-size 2 -- --enforce-eager
 
   # the same supervision over ortrain's own engine (no vLLM, no GPU)
+  # ("ortrain" as the program means this very binary)
   ortrain serve-vllm --model models/tiny --replicas 2 --command "ortrain serve-engine"`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n := cmd.ArgsLenAtDash(); n > 0 {
@@ -76,7 +78,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 			} else if len(args) > 0 {
 				return usageErrorf("unexpected argument %q; extra vllm serve args go after --", args[0])
 			}
-			opts.IO, opts.Getenv, opts.Environ = deps.IO, deps.Getenv, deps.Environ
+			opts.IO, opts.Getenv, opts.Environ, opts.Executable = deps.IO, deps.Getenv, deps.Environ, deps.Executable
 			opts.Logger = deps.Logger.With().Str("component", "vllm").Logger()
 			if opts.Model == "" {
 				return usageErrorf("--model is required (a model directory or a cached Org/Name)")
@@ -124,7 +126,8 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 	if len(command) == 0 {
 		return usageErrorf("--command is empty")
 	}
-	launch := vllm.LaunchConfig{Command: command, Model: dir, Host: opts.Host, TensorParallelSize: opts.TensorParallel,
+	self, _ := opts.Executable()
+	launch := vllm.LaunchConfig{Command: command, Self: self, Model: dir, Host: opts.Host, TensorParallelSize: opts.TensorParallel,
 		GPUMemoryUtilization: opts.GPUMemoryUtil, MaxModelLen: opts.MaxModelLen, ExtraArgs: opts.ExtraArgs, Environ: opts.Environ()}
 	if opts.EnableLoRA && !slices.Contains([]int{1, 8, 16, 32, 64, 128, 256, 320, 512}, opts.MaxLoRARank) {
 		return usageErrorf("--max-lora-rank %d: vLLM accepts 1, 8, 16, 32, 64, 128, 256, 320 or 512", opts.MaxLoRARank)

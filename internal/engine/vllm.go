@@ -530,7 +530,8 @@ type VLLMRun struct {
 	Logger      zerolog.Logger
 	OnEvent     func(vllm.Event)
 
-	Command              []string      // (engine.vllm_command) default: vllm serve
+	Command              []string      // (engine.vllm_command) default: vllm serve; [ortrain, serve-engine] runs Executable
+	Executable           string        // the running ortrain binary (os.Executable)
 	Colocate             bool          // (engine.vllm_colocate) allow vLLM on trainer GPUs
 	BasePort             int           // (engine.vllm_port) default 0: free ports
 	GPUMemoryUtilization float64       // (engine.vllm_gpu_memory_utilization) default: vLLM's
@@ -564,7 +565,7 @@ func StartVLLMRun(ctx context.Context, r VLLMRun) (*VLLM, error) {
 	}
 	launch := VLLMLaunch{
 		URLs: r.Engine.VLLMURLs,
-		Launch: vllm.LaunchConfig{Command: r.Command, Model: r.ModelDir, TensorParallelSize: r.Engine.VLLMTensorParSize,
+		Launch: vllm.LaunchConfig{Command: r.Command, Self: r.Executable, Model: r.ModelDir, TensorParallelSize: r.Engine.VLLMTensorParSize,
 			GPUMemoryUtilization: r.GPUMemoryUtilization, MaxModelLen: r.MaxModelLen, LoRA: lora,
 			ExtraArgs: r.Engine.VLLMExtraArgs, Environ: r.Environ},
 		GPUs: vllm.GPUPlan{GPUs: r.Engine.VLLMGPUs, Replicas: r.Engine.VLLMReplicas, TensorParallelSize: r.Engine.VLLMTensorParSize,

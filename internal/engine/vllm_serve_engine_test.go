@@ -222,7 +222,7 @@ func TestServeEngineLoRASync(t *testing.T) {
 		Engine:   config.EngineConfig{Kind: "vllm", VLLMReplicas: 1, VLLMTensorParSize: 1, GenerateTimeout: time.Minute},
 		ModelDir: dir, LoRA: &config.LoRAConfig{Enabled: true, Rank: 4, Alpha: 8}, RunDir: runDir, Export: trainer.SavePEFT,
 		Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}, Logger: zerolog.New(zerolog.NewTestWriter(t)),
-		Command: []string{bin, "serve-engine", "--threads", "1"}, StartupTimeout: time.Minute,
+		Command: []string{"ortrain", "serve-engine", "--threads", "1"}, Executable: bin, StartupTimeout: time.Minute,
 	})
 	require.NoError(t, err)
 	defer v.Close()

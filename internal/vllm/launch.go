@@ -24,6 +24,9 @@ type LaunchConfig struct {
 	// Command is the program and its leading arguments; empty means
 	// DefaultCommand. Tests use `ortrain serve-engine`.
 	Command []string
+	// Self is the running ortrain binary: a Command whose program is
+	// "ortrain" runs Self, so replicas use the same build as the trainer.
+	Self string
 	// Model is a local model directory, given as the positional argument.
 	Model string
 	// ServedModelName is the name clients send; empty: the model path.
@@ -49,6 +52,9 @@ func (c *LaunchConfig) Argv(port int) []string {
 	argv := slices.Clone(c.Command)
 	if len(argv) == 0 {
 		argv = slices.Clone(DefaultCommand)
+	}
+	if argv[0] == "ortrain" && c.Self != "" {
+		argv[0] = c.Self
 	}
 	argv = append(argv, c.Model,
 		"--host", c.host(), "--port", strconv.Itoa(port),

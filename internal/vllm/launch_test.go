@@ -123,6 +123,10 @@ func TestLaunchConfigArgvAndEnv(t *testing.T) {
 	assert.Equal(t, "ortrain serve-engine m --host 127.0.0.1 --port 1 --logprobs-mode processed_logprobs --generation-config vllm --tensor-parallel-size 1 --disable-uvicorn-access-log",
 		strings.Join(plain.Argv(1), " "))
 	assert.NotContains(t, strings.Join(plain.Env(nil), " "), "LORA")
+	plain.Self = "/opt/ortrain/bin/ortrain"
+	assert.Equal(t, []string{"/opt/ortrain/bin/ortrain", "serve-engine", "m"}, plain.Argv(1)[:3], "ortrain means this very binary")
+	other := vllm.LaunchConfig{Command: []string{"/usr/bin/vllm", "serve"}, Model: "m", Self: "/x/ortrain"}
+	assert.Equal(t, "/usr/bin/vllm", other.Argv(1)[0])
 }
 
 func TestStatusWriterKeepsErrorTail(t *testing.T) {
