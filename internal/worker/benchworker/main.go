@@ -38,6 +38,7 @@ type result struct {
 	SeqLen            int     `json:"seq_len"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainStepSeconds  float64 `json:"train_step_s"`
+	TrainStepCPU      float64 `json:"train_step_cpu_s"` // process CPU time per step: stable on a shared machine
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
 	PeakRSSMiB        float64 `json:"peak_rss_mib"`
 }
@@ -98,7 +99,9 @@ func run(ctx context.Context, o options) error {
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
 	var elapsed time.Duration
+	var cpu float64
 	for step := 0; step <= o.steps; step++ {
+		cpu0 := cpuSeconds()
 		start := time.Now()
 		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
 			return err
@@ -108,6 +111,7 @@ func run(ctx context.Context, o options) error {
 		}
 		if step > 0 { // step 0 warms up
 			elapsed += time.Since(start)
+			cpu += cpuSeconds() - cpu0
 		}
 	}
 	reqs := make([]worker.SampleRequest, o.rows)
@@ -135,6 +139,7 @@ func run(ctx context.Context, o options) error {
 		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
 		TrainTokensPerSec: float64(o.rows*seq*o.steps) / elapsed.Seconds(),
 		TrainStepSeconds:  elapsed.Seconds() / float64(o.steps),
+		TrainStepCPU:      cpu / float64(o.steps),
 		SampleTokensPerS:  float64(sampled) / sampleTime.Seconds(),
 		PeakRSSMiB:        float64(ru.Maxrss) / 1024,
 	})
@@ -163,4 +168,11 @@ func printLogprobs(ctx context.Context, m *worker.Model, path string) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(lp)
+}
+
+// cpuSeconds is the process's user + system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }

@@ -65,11 +65,13 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
       auto z = at::matmul(hc, w.t()).to(acc) * inv_temp;
       auto ls = at::log_softmax(z, -1);
       auto p = ls.exp();
-      auto dz = at::zeros_like(z);
+      at::Tensor dz;
       if (g_lp.defined()) {
         auto g = g_lp.narrow(0, s, n).to(acc).unsqueeze(1);
-        dz = -p * g;
+        dz = p * (-g);
         dz.scatter_add_(1, targets.narrow(0, s, n).unsqueeze(1), g);
+      } else {
+        dz = at::zeros_like(z);
       }
       if (g_ent.defined()) {
         auto H = -(p * ls).sum(-1, true);

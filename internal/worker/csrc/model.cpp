@@ -227,7 +227,20 @@ struct LayerCtx {
   at::Tensor cos, sin, pos;  // cos/sin [B, 1, L, hd]
   KVCache* cache;
   int layer;
+  // allowed [B, 1, L, Lk] says which keys each query sees: causal by
+  // position; right padding means real tokens never see padding. bias is
+  // the same as an additive 0/-inf mask [B, 1, 1, L, Lk], built once per
+  // forward rather than per layer.
+  at::Tensor allowed, bias;
 };
+
+// attention_masks fills c.allowed and c.bias for keys at key_pos [B, Lk].
+static void attention_masks(LayerCtx& c, const at::Tensor& key_pos, at::ScalarType acc) {
+  const int64_t B = c.pos.size(0), L = c.pos.size(1), Lk = key_pos.size(1);
+  c.allowed = key_pos.view({B, 1, 1, Lk}).le(c.pos.view({B, 1, L, 1}));
+  c.bias = at::zeros({B, 1, 1, L, Lk}, c.pos.options().dtype(acc))
+               .masked_fill(c.allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
+}
 
 static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   const auto& a = c.m->arch;
@@ -243,7 +256,6 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   k = k.transpose(1, 2);
   q = q * c.cos + rotate_half(q) * c.sin;
   k = k * c.cos + rotate_half(k) * c.sin;
-  at::Tensor key_pos;  // [B, Lk] position of each key
   if (c.cache != nullptr) {
     auto& ck = c.cache->k[c.layer];
     auto& cv = c.cache->v[c.layer];
@@ -252,13 +264,8 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
     cv.scatter_(2, idx, v);
     k = ck;
     v = cv;
-    key_pos = at::arange(k.size(2), c.pos.options()).view({1, -1}).expand({B, k.size(2)});
-  } else {
-    key_pos = c.pos;
   }
   const int64_t Lk = k.size(2), g = nh / nkv;
-  // Causal by position; right padding means real tokens never see padding.
-  auto allowed = key_pos.view({B, 1, 1, Lk}).le(c.pos.view({B, 1, L, 1}));  // [B, 1, L, Lk]
 #if ORT_TORCH_AT_LEAST(2, 0)
   // Fused attention (flash / memory-efficient kernels on CUDA); GQA by
   // expanding k/v to the query heads.
@@ -266,14 +273,14 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
     return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
   };
   auto out = c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
-                                : at::scaled_dot_product_attention(q, heads(k), heads(v), allowed, 0.0, false);
+                                : at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false);
   out = out.transpose(1, 2).reshape({B, L, nh * hd});
 #else
   // GQA without copying k/v: the g query heads of each kv head become rows.
-  auto q4 = q.reshape({B, nkv, g * L, hd});
-  auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk}) / std::sqrt(static_cast<double>(hd));
-  const auto sdt = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  scores = scores.to(sdt).masked_fill(allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
+  // Scale q (smaller than the scores) and add the precomputed mask bias.
+  auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});
+  auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk});
+  scores = scores.to(c.bias.scalar_type()) + c.bias;
   auto probs = at::softmax(scores, -1).to(q.scalar_type()).view({B, nkv, g * L, Lk});
   auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
 #endif
@@ -301,7 +308,7 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
     ctx->saved_data["w"] = reinterpret_cast<int64_t>(c->w);
     ctx->saved_data["lora"] = c->lora_on;
     ctx->saved_data["gen"] = c->m->gen.clone();
-    ctx->save_for_backward({x, c->cos, c->sin, c->pos});
+    ctx->save_for_backward({x, c->cos, c->sin, c->pos, c->allowed, c->bias});
     (void)params;
     at::NoGradGuard ng;
     return {layer_forward(*c, x)};
@@ -311,7 +318,7 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
     auto saved = ctx->get_saved_variables();
     auto& m = *reinterpret_cast<Model*>(ctx->saved_data["m"].toInt());
     const auto* w = reinterpret_cast<const LayerW*>(ctx->saved_data["w"].toInt());
-    LayerCtx c{&m, w, ctx->saved_data["lora"].toBool(), saved[1], saved[2], saved[3], nullptr, 0};
+    LayerCtx c{&m, w, ctx->saved_data["lora"].toBool(), saved[1], saved[2], saved[3], nullptr, 0, saved[4], saved[5]};
     auto x = saved[0].detach().set_requires_grad(true);
     auto live_gen = m.gen;
     m.gen = ctx->saved_data["gen"].toGenerator();
@@ -354,7 +361,10 @@ at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& i
   auto x = at::embedding(w.embed, ids);
   auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * inv_freq(m).view({1, 1, -1});  // [B, L, hd/2]
   auto emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                // [B, 1, L, hd]
-  LayerCtx c{&m, nullptr, lora_on, emb.cos().to(m.dtype), emb.sin().to(m.dtype), pos, cache, 0};
+  LayerCtx c{&m, nullptr, lora_on, emb.cos().to(m.dtype), emb.sin().to(m.dtype), pos, cache, 0, {}, {}};
+  const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
+  attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
+                  acc_dtype(m));
   const bool ckpt = m.opts.grad_checkpointing && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < w.layers.size(); i++) {
     check_cancel(cancel);
