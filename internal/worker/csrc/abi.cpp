@@ -104,12 +104,8 @@ std::vector<std::pair<std::string, at::Tensor>> named(ort::Model& m, int32_t kin
       }
       return out;
     }
-    case ORT_KIND_GRAD:
-      for (auto& p : ort::trainable(m)) {
-        const auto& g = p.second.grad();
-        out.push_back({p.first, g.defined() ? g : at::zeros_like(p.second)});
-      }
-      return out;
+    case ORT_KIND_GRAD:  // the parameters themselves: same names and shapes; get reads .grad()
+      return ort::trainable(m);
   }
   throw std::runtime_error("unknown tensor kind " + std::to_string(kind));
 }
@@ -284,7 +280,9 @@ int ort_model_get_tensor(ort_model* h, int32_t kind, const char* name, void* out
     at::NoGradGuard ng;
     for (auto& e : named(m, kind)) {
       if (e.first != name) continue;
-      auto t = kind == ORT_KIND_WEIGHT ? merged(m, e.first, e.second) : e.second;
+      auto t = e.second;
+      if (kind == ORT_KIND_WEIGHT) t = merged(m, e.first, e.second);
+      if (kind == ORT_KIND_GRAD) t = e.second.grad().defined() ? e.second.grad() : at::zeros_like(e.second);
       t = t.detach().to(at::kCPU).contiguous();
       if (static_cast<size_t>(t.nbytes()) != nbytes) {
         throw std::runtime_error("tensor " + e.first + " needs " + std::to_string(t.nbytes()) + " bytes, buffer has " +
