@@ -143,4 +143,8 @@ func TestStatusWriterKeepsErrorTail(t *testing.T) {
 		_, _ = w.Write([]byte("RuntimeError: again and again and again\n"))
 	}
 	assert.LessOrEqual(t, len(w.Tail()), 9<<10, "the tail is bounded")
+
+	j := vllm.NewStatusWriter(nil, nil)
+	_, _ = j.Write([]byte(`{"level":"info","message":"Application startup complete."}` + "\n" + `{"level":"error","error":"listen: address in use"}` + "\n"))
+	assert.Equal(t, `{"level":"error","error":"listen: address in use"}`, j.Tail())
 }

@@ -12,6 +12,7 @@ import (
 var errorMarkers = []string{
 	"Traceback", "Error", "error:", "CUDA error", "out of memory", "OutOfMemoryError",
 	"ValueError:", "RuntimeError:", "panic:", "fatal", "Killed",
+	`"level":"error"`, // serve-engine's JSON logs
 }
 
 const tailLimit = 8 << 10
