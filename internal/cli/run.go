@@ -27,6 +27,9 @@ type RunOptions struct {
 	Logger zerolog.Logger
 	Getenv func(string) string
 
+	Executable func() (string, error)
+	Environ    func() []string
+
 	ConfigFile  string
 	Resume      bool
 	PrintConfig bool
@@ -75,7 +78,7 @@ func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...s
 }
 
 func newRunCmd(deps *Deps, runF func(context.Context, *RunOptions) error) *cobra.Command {
-	opts := &RunOptions{IO: deps.IO, Getenv: deps.Getenv, Flags: map[string]*pflag.Flag{}}
+	opts := &RunOptions{IO: deps.IO, Getenv: deps.Getenv, Executable: deps.Executable, Environ: deps.Environ, Flags: map[string]*pflag.Flag{}}
 	var env string
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -172,10 +175,17 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	}
 	logResolved(opts.Logger, cfg)
 	prog := newProgress(opts.IO, opts.Logger)
-	res, err := train.Run(ctx, cfg, train.RunOptions{
+	ro := train.RunOptions{
 		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(), Resume: opts.Resume,
 		OnStart: prog.start, OnMetrics: prog.step, OnRollout: prog.rollout,
-	})
+	}
+	if opts.Executable != nil {
+		ro.Executable, _ = opts.Executable()
+	}
+	if opts.Environ != nil {
+		ro.Environ = opts.Environ()
+	}
+	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
 	if res != nil && res.Steps > 0 {
 		fmt.Fprintf(opts.IO.ErrOut, "reward: step %d %.3f -> step %d %.3f\n", res.First.Step, res.First.Round.Reward, res.Last.Step, res.Last.Round.Reward)

@@ -134,14 +134,28 @@ type RolloutConfig struct {
 
 // EngineConfig picks the generation backend.
 type EngineConfig struct {
-	Kind              string        `mapstructure:"kind"` // builtin or vllm
-	GenerateTimeout   time.Duration `mapstructure:"generate_timeout"`
-	MaxBatchSize      int           `mapstructure:"max_batch_size"`
-	VLLMURLs          []string      `mapstructure:"vllm_urls"`
-	VLLMGPUs          []int         `mapstructure:"vllm_gpus"`
-	VLLMReplicas      int           `mapstructure:"vllm_replicas"`
-	VLLMTensorParSize int           `mapstructure:"vllm_tensor_parallel_size"`
-	VLLMExtraArgs     []string      `mapstructure:"vllm_extra_args"`
+	Kind            string        `mapstructure:"kind"` // builtin or vllm
+	GenerateTimeout time.Duration `mapstructure:"generate_timeout"`
+	MaxBatchSize    int           `mapstructure:"max_batch_size"`
+	// VLLMURLs are servers someone else runs; when set nothing is launched.
+	VLLMURLs []string `mapstructure:"vllm_urls"`
+	// VLLMGPUs are the GPUs replicas are launched on (replicas x tensor
+	// parallel size of them), never the trainer's unless VLLMColocate.
+	VLLMGPUs          []int    `mapstructure:"vllm_gpus"`
+	VLLMReplicas      int      `mapstructure:"vllm_replicas"`
+	VLLMTensorParSize int      `mapstructure:"vllm_tensor_parallel_size"`
+	VLLMExtraArgs     []string `mapstructure:"vllm_extra_args"`
+	// VLLMCommand replaces `vllm serve` (e.g. [ortrain, serve-engine] where
+	// vLLM is not installed).
+	VLLMCommand              []string      `mapstructure:"vllm_command"`
+	VLLMColocate             bool          `mapstructure:"vllm_colocate"`
+	VLLMPort                 int           `mapstructure:"vllm_port"` // 0: free ports
+	VLLMGPUMemoryUtilization float64       `mapstructure:"vllm_gpu_memory_utilization"`
+	VLLMMaxModelLen          int           `mapstructure:"vllm_max_model_len"`
+	VLLMSyncDir              string        `mapstructure:"vllm_sync_dir"` // default: output_dir/weight-sync
+	VLLMSyncTimeout          time.Duration `mapstructure:"vllm_sync_timeout"`
+	VLLMStartupTimeout       time.Duration `mapstructure:"vllm_startup_timeout"`
+	VLLMMaxRestarts          int           `mapstructure:"vllm_max_restarts"`
 }
 
 // WorkerConfig locates and configures the libtorch worker.
@@ -207,11 +221,14 @@ func Default() Config {
 			MaxFailureFraction: 0.5,
 		},
 		Engine: EngineConfig{
-			Kind:              "builtin",
-			GenerateTimeout:   5 * time.Minute,
-			MaxBatchSize:      64,
-			VLLMReplicas:      1,
-			VLLMTensorParSize: 1,
+			Kind:               "builtin",
+			GenerateTimeout:    5 * time.Minute,
+			MaxBatchSize:       64,
+			VLLMReplicas:       1,
+			VLLMTensorParSize:  1,
+			VLLMSyncTimeout:    10 * time.Minute,
+			VLLMStartupTimeout: 5 * time.Minute,
+			VLLMMaxRestarts:    5,
 		},
 		Worker:  WorkerConfig{Device: "cpu", DType: "float32"},
 		Logging: LoggingConfig{LogCompletions: true},

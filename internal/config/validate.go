@@ -112,6 +112,18 @@ func (c *Config) validateRuntime() error {
 		return bad("engine.vllm_replicas", c.Engine.VLLMReplicas, "at least 1")
 	case c.Engine.VLLMTensorParSize < 1:
 		return bad("engine.vllm_tensor_parallel_size", c.Engine.VLLMTensorParSize, "at least 1")
+	case c.Engine.VLLMPort < 0 || c.Engine.VLLMPort > 65535:
+		return bad("engine.vllm_port", c.Engine.VLLMPort, "0 (free ports) or a TCP port")
+	case c.Engine.VLLMGPUMemoryUtilization < 0 || c.Engine.VLLMGPUMemoryUtilization > 1:
+		return bad("engine.vllm_gpu_memory_utilization", c.Engine.VLLMGPUMemoryUtilization, "0 (vLLM's default) or a fraction in (0, 1]")
+	case c.Engine.VLLMMaxModelLen < 0:
+		return bad("engine.vllm_max_model_len", c.Engine.VLLMMaxModelLen, "0 (the model's) or a positive length")
+	case c.Engine.VLLMSyncTimeout <= 0 || c.Engine.VLLMStartupTimeout <= 0:
+		return bad("engine.vllm_sync_timeout", c.Engine.VLLMSyncTimeout, "positive durations for vllm_sync_timeout and vllm_startup_timeout")
+	case c.Engine.VLLMMaxRestarts < 0:
+		return bad("engine.vllm_max_restarts", c.Engine.VLLMMaxRestarts, ">= 0")
+	case c.Engine.Kind == "vllm" && len(c.Engine.VLLMURLs) == 0 && len(c.Engine.VLLMGPUs) == 0 && len(c.Engine.VLLMCommand) == 0:
+		return bad("engine.vllm_gpus", c.Engine.VLLMGPUs, "GPUs to launch vLLM on (or engine.vllm_urls of running servers) when engine.kind is vllm")
 	case !deviceRE.MatchString(c.Worker.Device):
 		return bad("worker.device", c.Worker.Device, "cpu, cuda or cuda:N")
 	case c.Worker.Threads < 0:

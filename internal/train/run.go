@@ -35,6 +35,9 @@ type RunOptions struct {
 	OnRollout func(*rollout.Trajectory)
 	// SaveTimeout bounds the checkpoint written on interrupt.
 	SaveTimeout time.Duration
+	// Executable and Environ are used to launch vLLM replicas (engine.kind vllm).
+	Executable string
+	Environ    []string
 }
 
 // ErrInterrupted reports that the run stopped on a signal after saving a checkpoint.
@@ -56,9 +59,6 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	log := ro.Logger
 	if len(cfg.Envs) == 0 {
 		return nil, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment (a URL, Owner/Env or builtin:NAME)"}
-	}
-	if cfg.Engine.Kind != "builtin" {
-		return nil, &config.FieldError{Field: "engine.kind", Value: cfg.Engine.Kind, Allowed: "builtin (the vllm engine is wired by `ortrain run` only when vLLM replicas are configured)"}
 	}
 	shape, err := cfg.GRPO.BatchShape()
 	if err != nil {
@@ -99,9 +99,10 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	defer lib.Close()
 	defer policy.m.Close()
 
-	gen := engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
-		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
-	})
+	gen, err := startEngine(ctx, cfg, modelDir, policy, ro)
+	if err != nil {
+		return nil, err
+	}
 	defer gen.Close()
 
 	openers := make([]rollout.Opener, len(envList))
@@ -171,6 +172,35 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	return res, nil
 }
 
+// startEngine builds the generation backend: the builtin worker (batched),
+// or vLLM replicas launched on engine.vllm_gpus (or reached at
+// engine.vllm_urls) that receive the policy's weights after every step.
+func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
+	log := ro.Logger.With().Str("component", "engine").Logger()
+	if cfg.Engine.Kind != "vllm" {
+		return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+			MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
+		}), nil
+	}
+	e := cfg.Engine
+	r := engine.VLLMRun{
+		Engine: e, ModelDir: modelDir, TrainerGPUs: cfg.Worker.GPUs, RunDir: cfg.OutputDir,
+		Export: policy.m.SaveHF, Environ: ro.Environ, Logger: log, Executable: ro.Executable,
+		Command: e.VLLMCommand, Colocate: e.VLLMColocate, BasePort: e.VLLMPort,
+		GPUMemoryUtilization: e.VLLMGPUMemoryUtilization, MaxModelLen: e.VLLMMaxModelLen, SyncDir: e.VLLMSyncDir,
+		SyncTimeout: e.VLLMSyncTimeout, StartupTimeout: e.VLLMStartupTimeout, MaxRestarts: e.VLLMMaxRestarts,
+	}
+	if cfg.GRPO.LoRA.Enabled {
+		lora := cfg.GRPO.LoRA
+		r.LoRA, r.Export = &lora, policy.m.SavePEFT
+	}
+	v, err := engine.StartVLLMRun(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("start vLLM engine: %w", err)
+	}
+	return v, nil
+}
+
 func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
 	g := cfg.GRPO
 	return rollout.Options{
@@ -220,6 +250,8 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
 		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, TrainTimeout: cfg.Engine.GenerateTimeout, Seed: cfg.Seed,
+		// Sampler log-probs from another engine reweight the loss (TIS/MIS).
+		UseSamplerLogps: cfg.Engine.Kind == "vllm" && g.VLLMISCorrection,
 	}
 	for _, e := range envList {
 		lc.EnvNames = append(lc.EnvNames, e.Name)
