@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ortrain/ortrain/internal/model"
 )
@@ -370,13 +371,15 @@ func (m *Model) readTensor(kind TensorKind, t TensorInfo) ([]byte, error) {
 	n := int((model.TensorSpec{DType: t.DType, Shape: t.Shape}).ByteLen())
 	var ar arena
 	defer ar.free()
-	p, buf := carray[byte](&ar, n)
+	// A []byte holds no Go pointers, so C may write into it during the call.
+	buf := make([]byte, max(n, 1))
 	eb := newErrBuf()
 	defer eb.free()
-	if err := eb.err(C.ort_call_get_tensor(m.api, m.h, C.int32_t(kind), ar.cstring(t.Name), p, C.size_t(n), eb.p, errLen), "read tensor"); err != nil {
+	rc := C.ort_call_get_tensor(m.api, m.h, C.int32_t(kind), ar.cstring(t.Name), unsafe.Pointer(unsafe.SliceData(buf)), C.size_t(n), eb.p, errLen)
+	if err := eb.err(rc, "read tensor"); err != nil {
 		return nil, err
 	}
-	return append([]byte(nil), buf...), nil
+	return buf[:n], nil
 }
 
 // WriteTensor overwrites one tensor (weights in place, LoRA, optimizer state).
@@ -401,7 +404,13 @@ func (m *Model) writeTensor(kind TensorKind, t model.Tensor) error {
 	defer ar.free()
 	eb := newErrBuf()
 	defer eb.free()
+	data := ccopy(&ar, []byte{0}) // for empty tensors
+	if len(t.Data) > 0 {
+		// Passed without a copy: the bytes hold no Go pointers and the
+		// worker copies them before returning.
+		data = unsafe.Pointer(unsafe.SliceData(t.Data))
+	}
 	rc := C.ort_call_set_tensor(m.api, m.h, C.int32_t(kind), ar.cstring(t.Name), code, (*C.int64_t)(ccopy(&ar, t.Shape)),
-		C.int32_t(len(t.Shape)), ccopy(&ar, t.Data), eb.p, errLen)
+		C.int32_t(len(t.Shape)), data, eb.p, errLen)
 	return eb.err(rc, "set tensor")
 }
