@@ -2,12 +2,12 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
@@ -30,7 +30,23 @@ func testLib(t testing.TB) *Library {
 	return lib
 }
 
-var tinyDirs sync.Map // seed -> dir, shared by the tests of one run
+// Test fixtures shared by the tests of one run: the tiny model directories
+// are written once under fixtureRoot, removed by TestMain.
+var (
+	fixtureRoot string
+	tinyDirs    sync.Map // seed -> dir
+)
+
+func TestMain(m *testing.M) {
+	root, err := os.MkdirTemp("", "ortrain-worker-test-")
+	if err != nil {
+		panic(err)
+	}
+	fixtureRoot = root
+	code := m.Run()
+	os.RemoveAll(root)
+	os.Exit(code)
+}
 
 // tinyDir writes the tiny Qwen3-style preset (2 layers, 64 hidden, byte
 // vocabulary) with random weights from seed.
@@ -41,7 +57,7 @@ func tinyDir(t testing.TB, seed int64) string {
 	}
 	p, ok := model.PresetByName("tiny")
 	require.True(t, ok)
-	dir := filepath.Join(os.TempDir(), "ortrain-worker-test-"+time.Now().Format("150405.000000000"), "tiny")
+	dir := filepath.Join(fixtureRoot, fmt.Sprintf("tiny-%d", seed))
 	require.NoError(t, model.Init(dir, p, seed))
 	tinyDirs.Store(seed, dir)
 	return dir
