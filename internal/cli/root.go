@@ -93,7 +93,13 @@ GRPO group advantages, and takes gradient steps in a libtorch worker. Generation
 runs in that worker (default) or on vLLM servers ortrain launches and supervises.
 
 Output: results go to stdout; logs, warnings and progress go to stderr.`,
-		Example: `  # serve the built-in echo environment and look at its tasks and tools
+		Example: `  # train the quickstart: a tiny model learns a built-in env on CPU
+  ortrain run
+
+  # what is installed, and what to do about what is not
+  ortrain doctor
+
+  # serve the built-in echo environment and look at its tasks and tools
   ortrain env serve echo --port 8080 &
   ortrain list-tasks --env http://127.0.0.1:8080 --tools
 
