@@ -271,7 +271,10 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 		p, err := s.launch(stopCtx, r)
 		if first != nil {
 			first <- err
-			if err != nil {
+			if err != nil && stopCtx.Err() != nil {
+				s.emit(r, StateStopped, nil) // stopped because another replica failed
+				return
+			} else if err != nil {
 				s.emit(r, StateFailed, err)
 				return
 			}
