@@ -270,14 +270,18 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 	for {
 		p, err := s.launch(stopCtx, r)
 		if first != nil {
-			first <- err
-			if err != nil && stopCtx.Err() != nil {
-				s.emit(r, StateStopped, nil) // stopped because another replica failed
-				return
-			} else if err != nil {
-				s.emit(r, StateFailed, err)
+			// Read before reporting: Start stops everything once it hears.
+			stopped := stopCtx.Err() != nil
+			if err != nil {
+				if stopped {
+					s.emit(r, StateStopped, nil) // stopped because another replica failed
+				} else {
+					s.emit(r, StateFailed, err)
+				}
+				first <- err
 				return
 			}
+			first <- nil
 			first = nil
 		}
 		if err == nil {
