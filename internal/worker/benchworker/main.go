@@ -38,7 +38,8 @@ type result struct {
 	SeqLen            int     `json:"seq_len"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainStepSeconds  float64 `json:"train_step_s"`
-	TrainStepCPU      float64 `json:"train_step_cpu_s"` // process CPU time per step: stable on a shared machine
+	TrainStepCPU      float64 `json:"train_step_cpu_s"`     // process CPU time per step: stable on a shared machine
+	FwdBwdTokensPerS  float64 `json:"fwd_bwd_tokens_per_s"` // forward+backward only, without the optimizer step
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
 	PeakRSSMiB        float64 `json:"peak_rss_mib"`
 }
@@ -98,7 +99,7 @@ func run(ctx context.Context, o options) error {
 	mb := grpo.MicroBatch{Rows: rows, RoundTokens: float64(o.rows * o.complLen), GradAccumSteps: 1}
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
-	var elapsed time.Duration
+	var elapsed, fwdBwd time.Duration
 	var cpu float64
 	for step := 0; step <= o.steps; step++ {
 		cpu0 := cpuSeconds()
@@ -106,11 +107,13 @@ func run(ctx context.Context, o options) error {
 		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
 			return err
 		}
+		fb := time.Since(start) // ForwardBackward returns after its loss is read back, so the device is synchronised
 		if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
 			return err
 		}
 		if step > 0 { // step 0 warms up
 			elapsed += time.Since(start)
+			fwdBwd += fb
 			cpu += cpuSeconds() - cpu0
 		}
 	}
@@ -140,6 +143,7 @@ func run(ctx context.Context, o options) error {
 		TrainTokensPerSec: float64(o.rows*seq*o.steps) / elapsed.Seconds(),
 		TrainStepSeconds:  elapsed.Seconds() / float64(o.steps),
 		TrainStepCPU:      cpu / float64(o.steps),
+		FwdBwdTokensPerS:  float64(o.rows*seq*o.steps) / fwdBwd.Seconds(),
 		SampleTokensPerS:  float64(sampled) / sampleTime.Seconds(),
 		PeakRSSMiB:        float64(ru.Maxrss) / 1024,
 	})

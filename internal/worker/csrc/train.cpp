@@ -23,29 +23,35 @@ double optimizer_step(Model& m, double lr) {
   }
   const double norm = sq.empty() ? 0.0 : at::stack(sq).sum().sqrt().item<double>();
   const auto& o = m.opts;
+  std::vector<at::Tensor> ws, gs, m1s, vs;  // params with a gradient, and their state
+  for (auto& p : params) {
+    const auto& g = p.second.grad();
+    if (!g.defined()) continue;  // as torch.optim: no gradient, no update
+    auto& m1 = m.exp_avg[p.first];
+    auto& v = m.exp_avg_sq[p.first];
+    if (!m1.defined()) m1 = at::zeros_like(p.second.detach());
+    if (!v.defined()) v = at::zeros_like(p.second.detach());
+    ws.push_back(p.second.detach());
+    gs.push_back(g);
+    m1s.push_back(m1);
+    vs.push_back(v);
+  }
   if (o.max_grad_norm > 0 && norm > o.max_grad_norm) {
-    const double coef = o.max_grad_norm / (norm + 1e-6);
-    for (auto& p : params) {
-      if (p.second.grad().defined()) p.second.mutable_grad().mul_(coef);
-    }
+    at::_foreach_mul_(gs, at::Scalar(o.max_grad_norm / (norm + 1e-6)));
   }
   m.step++;
   const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(m.step));
   const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(m.step));
-  for (auto& p : params) {
-    const auto& g = p.second.grad();
-    if (!g.defined()) continue;
-    auto w = p.second.detach();
-    auto& m1 = m.exp_avg[p.first];
-    auto& v = m.exp_avg_sq[p.first];
-    if (!m1.defined()) m1 = at::zeros_like(w);
-    if (!v.defined()) v = at::zeros_like(w);
-    w.mul_(1 - lr * o.weight_decay);
-    m1.mul_(o.beta1).add_(g, 1 - o.beta1);
-    v.mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
-    auto denom = (v.sqrt() / std::sqrt(bc2)).add_(o.adam_eps);
-    w.addcdiv_(m1, denom, -lr / bc1);
-  }
+  // Multi-tensor (foreach) kernels: a few launches for all parameters.
+  at::_foreach_mul_(ws, at::Scalar(1 - lr * o.weight_decay));
+  at::_foreach_mul_(m1s, at::Scalar(o.beta1));
+  at::_foreach_add_(m1s, gs, at::Scalar(1 - o.beta1));
+  at::_foreach_mul_(vs, at::Scalar(o.beta2));
+  at::_foreach_addcmul_(vs, gs, gs, at::Scalar(1 - o.beta2));
+  auto denom = at::_foreach_sqrt(vs);
+  at::_foreach_div_(denom, at::Scalar(std::sqrt(bc2)));
+  at::_foreach_add_(denom, at::Scalar(o.adam_eps));
+  at::_foreach_addcdiv_(ws, m1s, denom, at::Scalar(-lr / bc1));
   zero_grad(m);
   return norm;
 }
