@@ -20,8 +20,12 @@ enum LossType { kDAPO = 0, kGRPO = 1, kBNPO = 2, kDrGRPO = 3, kCISPO = 4, kSAPO 
 
 bool round_normalised(int t) { return t == kDAPO || t == kCISPO || t == kVESPO; }
 
-// Rows per chunk so that one chunk's logits stay under ~16M elements.
-int64_t chunk_rows(int64_t V) { return std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, V)); }
+// Rows per chunk so that one chunk's logits stay under 16M elements on CPU
+// (64 MiB fp32, cache-friendly) or 64M on a GPU (fewer, larger matmuls).
+int64_t chunk_rows(const at::Tensor& w) {
+  const int64_t budget = w.is_cuda() ? (int64_t{1} << 26) : (int64_t{1} << 24);
+  return std::max<int64_t>(1, budget / std::max<int64_t>(1, w.size(0)));
+}
 
 // ChunkedLogprob computes log softmax(h W^T / tau)[target] and the entropy of
 // that distribution, one row chunk at a time, and recomputes the chunk's
@@ -34,7 +38,7 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
     ctx->save_for_backward({h, w, targets});
     ctx->saved_data["inv_temp"] = inv_temp;
     const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    const int64_t N = h.size(0), step = chunk_rows(w.size(0));
+    const int64_t N = h.size(0), step = chunk_rows(w);
     auto logp = at::empty({N}, h.options().dtype(acc));
     auto ent = at::empty({N}, h.options().dtype(acc));
     for (int64_t s = 0; s < N; s += step) {
@@ -58,7 +62,7 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
     at::Tensor gh = need_h ? at::zeros_like(h) : at::Tensor();
     at::Tensor gw = need_w ? at::zeros(w.sizes(), w.options().dtype(acc)) : at::Tensor();
     if (!g_lp.defined() && !g_ent.defined()) return {gh, gw, at::Tensor(), at::Tensor()};
-    const int64_t N = h.size(0), step = chunk_rows(w.size(0));
+    const int64_t N = h.size(0), step = chunk_rows(w);
     for (int64_t s = 0; s < N; s += step) {
       const int64_t n = std::min(step, N - s);
       auto hc = h.narrow(0, s, n);
