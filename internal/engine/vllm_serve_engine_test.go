@@ -33,7 +33,7 @@ var (
 )
 
 // workerEnv builds ortrain once and opens the worker library.
-func workerEnv(t *testing.T) (bin string, lib *worker.Library, libPath string) {
+func workerEnv(t testing.TB) (bin string, lib *worker.Library, libPath string) {
 	t.Helper()
 	path, searched, err := worker.FindLibrary("", os.Getenv)
 	if err != nil {
@@ -274,3 +274,28 @@ func randomizeLoRA(t *testing.T, m *worker.Model, rng *rand.Rand) {
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
+
+// BenchmarkServeEngineFullSync measures a full-weight sync of the tiny model
+// (SaveHF by the trainer, reload on two serve-engine replicas).
+func BenchmarkServeEngineFullSync(b *testing.B) {
+	bin, lib, libPath := workerEnv(b)
+	dir := filepath.Join(b.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(b, model.InitOverwrite(dir, p, 1))
+	trainer, err := lib.LoadModel(context.Background(), worker.ModelOptions{Dir: dir, Threads: 1})
+	require.NoError(b, err)
+	defer trainer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v, err := StartVLLM(ctx, VLLMLaunch{
+		Launch: vllm.LaunchConfig{Command: []string{bin, "serve-engine", "--threads", "1"}, Model: dir,
+			Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
+		GPUs: vllm.GPUPlan{Replicas: 2}, LogDir: b.TempDir(), StopGrace: 5 * time.Second,
+	}, VLLMOptions{SyncMode: SyncFull, SyncDir: b.TempDir(), Export: trainer.SaveHF})
+	require.NoError(b, err)
+	defer v.Close()
+	b.ResetTimer()
+	for i := range b.N {
+		require.NoError(b, v.SyncWeights(context.Background(), i+1))
+	}
+}

@@ -374,3 +374,36 @@ func TestVLLMSyncWhileReplicaRestarts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, toySample(toyRequest(2), 1), got)
 }
+
+// BenchmarkVLLMGenerateToy measures the HTTP path's overhead per request
+// (two in-process replicas over the toy sampler, requests in parallel).
+func BenchmarkVLLMGenerateToy(b *testing.B) {
+	r0, r1 := startToyReplica(b, 0.3, false), startToyReplica(b, 0.3, false)
+	v, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: SyncNone})
+	require.NoError(b, err)
+	defer v.Close()
+	var seed atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := v.Generate(context.Background(), toyRequest(seed.Add(1))); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkVLLMSyncFullToy measures one full sync round (export, pause,
+// reload, reset, resume on two replicas) without model I/O.
+func BenchmarkVLLMSyncFullToy(b *testing.B) {
+	r0, r1 := startToyReplica(b, 0, false), startToyReplica(b, 0, false)
+	export, _ := exportSlope(nil)
+	v, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: SyncFull, SyncDir: b.TempDir(), Export: export})
+	require.NoError(b, err)
+	defer v.Close()
+	b.ResetTimer()
+	for i := range b.N {
+		require.NoError(b, v.SyncWeights(context.Background(), i+1))
+	}
+}
