@@ -207,3 +207,32 @@ func TestLoRADropoutReplayUnderCheckpointing(t *testing.T) {
 	require.Equal(t, grads[0], grads[1])
 	require.NotEqual(t, grads[0], grads[2], "dropout must change the gradients")
 }
+
+// TestLogprobChunkingIsExact: splitting the vocab projection into chunks of
+// 3 token rows gives the same log-probs, entropies and gradients.
+func TestLogprobChunkingIsExact(t *testing.T) {
+	ctx := context.Background()
+	whole := loadTiny(t, ModelOptions{DType: "float64"})
+	chunked := loadTiny(t, ModelOptions{DType: "float64", LogprobChunkRows: 3})
+	mb, _ := lossBatch(t, whole, lossCases()[0], 21)
+	cfg := lossCases()[0].cfg
+	cfg.EntropyCoef = 0.1 // entropy gradient through the chunks too
+	var lps, ents [2][][]float32
+	var grads [2]map[string][]byte
+	for i, m := range []*Model{whole, chunked} {
+		var err error
+		lps[i], ents[i], err = m.Logprobs(ctx, mb.Rows, 0.9, false)
+		require.NoError(t, err)
+		_, err = m.ForwardBackward(ctx, mb, cfg)
+		require.NoError(t, err)
+		grads[i] = tensorBytes(t, m, KindGrad)
+	}
+	require.Equal(t, lps[0], lps[1])
+	require.Equal(t, ents[0], ents[1])
+	for name, g := range grads[0] {
+		a, b := f64s(g), f64s(grads[1][name])
+		for k := range a {
+			require.InDelta(t, a[k], b[k], 1e-13, "%s[%d]", name, k)
+		}
+	}
+}

@@ -22,7 +22,8 @@ bool round_normalised(int t) { return t == kDAPO || t == kCISPO || t == kVESPO; 
 
 // Rows per chunk so that one chunk's logits stay under 16M elements on CPU
 // (64 MiB fp32, cache-friendly) or 64M on a GPU (fewer, larger matmuls).
-int64_t chunk_rows(const at::Tensor& w) {
+int64_t chunk_rows(const at::Tensor& w, int64_t fixed) {
+  if (fixed > 0) return fixed;
   const int64_t budget = w.is_cuda() ? (int64_t{1} << 26) : (int64_t{1} << 24);
   return std::max<int64_t>(1, budget / std::max<int64_t>(1, w.size(0)));
 }
@@ -33,12 +34,14 @@ int64_t chunk_rows(const at::Tensor& w) {
 // d logp/dz = onehot - p; dH/dz = -p (log p + H) (grpo-reference.md §4.1).
 struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
-                                                const at::Tensor& w, const at::Tensor& targets, double inv_temp) {
+                                                const at::Tensor& w, const at::Tensor& targets, double inv_temp,
+                                                int64_t chunk) {
     ctx->set_materialize_grads(false);
     ctx->save_for_backward({h, w, targets});
     ctx->saved_data["inv_temp"] = inv_temp;
+    ctx->saved_data["chunk"] = chunk;
     const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    const int64_t N = h.size(0), step = chunk_rows(w);
+    const int64_t N = h.size(0), step = chunk_rows(w, chunk);
     auto logp = at::empty({N}, h.options().dtype(acc));
     auto ent = at::empty({N}, h.options().dtype(acc));
     for (int64_t s = 0; s < N; s += step) {
@@ -61,8 +64,8 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
     const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor gh = need_h ? at::zeros_like(h) : at::Tensor();
     at::Tensor gw = need_w ? at::zeros(w.sizes(), w.options().dtype(acc)) : at::Tensor();
-    if (!g_lp.defined() && !g_ent.defined()) return {gh, gw, at::Tensor(), at::Tensor()};
-    const int64_t N = h.size(0), step = chunk_rows(w);
+    if (!g_lp.defined() && !g_ent.defined()) return {gh, gw, at::Tensor(), at::Tensor(), at::Tensor()};
+    const int64_t N = h.size(0), step = chunk_rows(w, ctx->saved_data["chunk"].toInt());
     for (int64_t s = 0; s < N; s += step) {
       const int64_t n = std::min(step, N - s);
       auto hc = h.narrow(0, s, n);
@@ -86,7 +89,7 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
       if (need_w) gw.add_(at::matmul(dz.t(), hc).to(acc));
     }
     if (need_w) gw = gw.to(w.scalar_type());
-    return {gh, gw, at::Tensor(), at::Tensor()};
+    return {gh, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -100,9 +103,9 @@ struct TrainingScope {
 }  // namespace
 
 std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
-                                         double temperature) {
+                                         double temperature, int64_t chunk) {
   if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0, got " + std::to_string(temperature));
-  return ChunkedLogprob::apply(h, w, targets, 1.0 / temperature);
+  return ChunkedLogprob::apply(h, w, targets, 1.0 / temperature, chunk);
 }
 
 Batch decode_batch(const Model& m, const ort_batch* b) {
@@ -163,7 +166,7 @@ std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double tempera
   auto h = forward(m, w, !reference, bt.ids, bt.pos, nullptr, cancel);
   auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
   check_cancel(cancel);
-  return chunked_logprobs(hs, lm_head(w), bt.targets, temperature);
+  return chunked_logprobs(hs, lm_head(w), bt.targets, temperature, m.opts.logprob_chunk_rows);
 }
 
 namespace {

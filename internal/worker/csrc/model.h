@@ -79,8 +79,9 @@ void check_cancel(const volatile int32_t* cancel);
 
 // loss.cpp: token log-probs and entropies of targets given hidden rows,
 // chunked over rows so [N, V] logits never exist at once.
+// chunk = rows per chunk, 0 = auto.
 std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
-                                         double temperature);
+                                         double temperature, int64_t chunk);
 
 // Batch is a decoded ort_batch on the model's device.
 struct Batch {

@@ -54,6 +54,7 @@ typedef struct {
   int32_t reference;        /* keep a reference policy for KL */
   int32_t grad_checkpointing;
   double beta1, beta2, adam_eps, weight_decay, max_grad_norm;
+  int64_t logprob_chunk_rows; /* token rows per vocab-projection chunk; 0 = auto */
 } ort_model_options;
 
 /* A micro-batch. Row i has tokens[token_off[i] .. token_off[i+1]) and
