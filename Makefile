@@ -35,7 +35,7 @@ install: build
 # built-in letters env with a tiny model created on first run
 # (configs/quickstart.yaml, embedded in the binary).
 demo: setup build
-	$(BIN) run
+	$(BIN) run --overwrite
 
 # bench: Go benchmarks (ORS round trips, tokenizer, rendering) and the
 # worker's CPU throughput against PyTorch eager.

@@ -32,6 +32,7 @@ type RunOptions struct {
 
 	ConfigFile  string
 	Resume      bool
+	Overwrite   bool
 	PrintConfig bool
 	DryRun      bool
 	// Flags maps config keys to the flags that override them.
@@ -126,6 +127,7 @@ exit with code 2; --resume continues from the latest complete checkpoint.`,
 	fs.StringVarP(&opts.ConfigFile, "config", "c", "", "YAML config file (default: the embedded quickstart)")
 	fs.StringVar(&env, "env", "", "train on this env only: a URL, Owner/Env, or builtin:NAME (replaces the config's envs)")
 	fs.BoolVar(&opts.Resume, "resume", false, "continue from the latest complete checkpoint in output_dir")
+	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
 	addConfigFlags(fs, opts.Flags)
@@ -173,10 +175,13 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if opts.DryRun {
 		return dryRun(ctx, cfg, opts)
 	}
+	if opts.Resume && opts.Overwrite {
+		return usageErrorf("--resume and --overwrite contradict each other: pass one")
+	}
 	logResolved(opts.Logger, cfg)
 	prog := newProgress(opts.IO, opts.Logger)
 	ro := train.RunOptions{
-		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(), Resume: opts.Resume,
+		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(), Resume: opts.Resume, Overwrite: opts.Overwrite,
 		OnStart: prog.start, OnMetrics: prog.step, OnRollout: prog.rollout,
 	}
 	if opts.Executable != nil {
@@ -189,6 +194,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	prog.finish()
 	if res != nil && res.Steps > 0 {
 		fmt.Fprintf(opts.IO.ErrOut, "reward: step %d %.3f -> step %d %.3f\n", res.First.Step, res.First.Round.Reward, res.Last.Step, res.Last.Round.Reward)
+	}
+	if errors.Is(err, train.ErrRunDirInUse) {
+		return &UsageError{Err: err}
 	}
 	if errors.Is(err, train.ErrInterrupted) {
 		return &InterruptedError{What: err.Error()}

@@ -122,7 +122,12 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	assert.Greater(t, metrics[4]["num_tokens"], metrics[3]["num_tokens"], "cumulative counters continue")
 	assert.FileExists(t, filepath.Join(out, "checkpoints", "step-000006", "DONE"))
 
-	// Resuming a finished run is a no-op that says so by taking no steps.
+	// A fresh run into the same directory is refused; --overwrite starts over.
+	_, err = Run(context.Background(), quickstart(t, out, 1), RunOptions{Logger: log, Getenv: func(string) string { return "" }})
+	require.ErrorIs(t, err, ErrRunDirInUse)
+	assert.Contains(t, err.Error(), "--resume")
+
+	// Resuming without a checkpoint says so.
 	_, err = Run(context.Background(), quickstart(t, filepath.Join(t.TempDir(), "none"), 2),
 		RunOptions{Logger: log, Getenv: func(string) string { return "" }, Resume: true})
 	require.ErrorIs(t, err, ErrNoCheckpoint)

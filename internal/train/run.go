@@ -27,6 +27,9 @@ type RunOptions struct {
 	Version string
 	// Resume continues from the run directory's latest complete checkpoint.
 	Resume bool
+	// Overwrite starts afresh in an output_dir that holds an earlier run,
+	// deleting its metrics, trajectories and checkpoints.
+	Overwrite bool
 	// OnStart reports the total number of optimizer steps and the first
 	// step (after a resume), for progress bars.
 	OnStart   func(total, first int)
@@ -70,6 +73,9 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	}
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create output_dir: %w", err)
+	}
+	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
+		return nil, err
 	}
 	var resumeDir string
 	if ro.Resume {
@@ -199,6 +205,38 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 		return nil, fmt.Errorf("start vLLM engine: %w", err)
 	}
 	return v, nil
+}
+
+// ErrRunDirInUse: output_dir holds an earlier run and neither --resume nor
+// --overwrite was given.
+var ErrRunDirInUse = errors.New("output_dir holds an earlier run")
+
+// runFiles are what a run writes; an earlier run is detected by them.
+var runFiles = []string{"metrics.jsonl", "trajectories.jsonl", "checkpoints", "manifest.json", "config.yaml"}
+
+// checkFreshRunDir refuses to mix a new run into an earlier one's files.
+func checkFreshRunDir(dir string, ro RunOptions) error {
+	if ro.Resume {
+		return nil
+	}
+	var found []string
+	for _, f := range runFiles {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			found = append(found, f)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	if !ro.Overwrite {
+		return fmt.Errorf("%w: %s has %v; pass --resume to continue it, --overwrite to start over, or another --output-dir", ErrRunDirInUse, dir, found)
+	}
+	for _, f := range found {
+		if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
+			return fmt.Errorf("--overwrite: %w", err)
+		}
+	}
+	return nil
 }
 
 func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {

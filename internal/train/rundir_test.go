@@ -66,3 +66,21 @@ func TestJSONLWriterConcurrentLines(t *testing.T) {
 	}
 	assert.Equal(t, 50, n)
 }
+
+func TestCheckFreshRunDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, checkFreshRunDir(dir, RunOptions{}), "an empty dir is fresh")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte("{}\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "checkpoints", "step-000001"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644))
+
+	err := checkFreshRunDir(dir, RunOptions{})
+	require.ErrorIs(t, err, ErrRunDirInUse)
+	assert.Contains(t, err.Error(), "checkpoints")
+	require.NoError(t, checkFreshRunDir(dir, RunOptions{Resume: true}))
+
+	require.NoError(t, checkFreshRunDir(dir, RunOptions{Overwrite: true}))
+	assert.NoFileExists(t, filepath.Join(dir, "metrics.jsonl"))
+	assert.NoDirExists(t, filepath.Join(dir, "checkpoints"))
+	assert.FileExists(t, filepath.Join(dir, "notes.txt"), "files a run does not write are kept")
+}
