@@ -83,7 +83,7 @@ for cpp in "$src"/*.cpp; do
   [[ ! -f "$obj" || "$cpp" -nt "$obj" ]] && stale=1
   for h in "${headers[@]}"; do [[ "$h" -nt "$obj" ]] && stale=1; done
   [[ $stale == 0 ]] && continue
-  while (( $(jobs -rp | wc -l) >= jobs )); do wait -n; done
+  while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
   echo "  compiling $(basename "$cpp")"
   # shellcheck disable=SC2086
   g++ $cxxflags -c "$cpp" -o "$obj.tmp" && mv "$obj.tmp" "$obj" &
