@@ -72,7 +72,13 @@ func (c *Client) OpenSession(ctx context.Context, spec SessionSpec) (*Session, e
 		body["env_name"] = c.envPath[1:]
 	}
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/create", body: body, sid: sid, secrets: secrets}, nil); err != nil {
-		c.deleteSession(context.WithoutCancel(ctx), sid)
+		// The server may have created the session before the error (a
+		// cancelled or timed-out /create): delete it as Close would, on a
+		// context of its own, so no session is left for the reaper.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = c.do(cctx, request{method: http.MethodPost, path: "/delete", sid: sid, noDeployment: true, attempts: 1}, nil)
+		c.deleteSession(cctx, sid)
+		cancel()
 		return nil, fmt.Errorf("create session for %s: %w", what, err)
 	}
 	life, end := context.WithCancelCause(context.Background())

@@ -115,7 +115,10 @@ func (r *Runner) Run(ctx context.Context, task Task, seed int64) *Trajectory {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.EpisodeTimeout)
 	defer cancel()
 
-	sess, err := r.callEnv(ctx, tr, func(cctx context.Context) (Session, error) {
+	// Opening is not cut short by cancellation (only by the call deadline):
+	// a /create aborted mid-flight can leave a session the server created
+	// but the client never learned of. Cancellation is checked right after.
+	sess, err := r.callEnv(context.WithoutCancel(ctx), tr, func(cctx context.Context) (Session, error) {
 		return r.envs[task.Env].OpenSession(cctx, ors.SessionSpec{Split: task.Split, Index: task.Index, Secrets: task.Secrets})
 	})
 	if err != nil {
@@ -123,6 +126,10 @@ func (r *Runner) Run(ctx context.Context, task Task, seed int64) *Trajectory {
 		return tr
 	}
 	defer r.closeSession(sess, tr)
+	if err := ctx.Err(); err != nil {
+		r.fail(ctx, tr, err)
+		return tr
+	}
 
 	ep := &episode{r: r, tr: tr, sess: sess, seed: seed}
 	if err := ep.run(ctx); err != nil {
