@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -259,6 +260,9 @@ func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error)
 		m.Close()
 		return nil, err
 	}
+	// The per-tensor read buffers are garbage now: return them to the OS
+	// rather than keep a checkpoint-sized Go heap next to libtorch's copy.
+	debug.FreeOSMemory()
 	return m, nil
 }
 

@@ -42,16 +42,25 @@ double optimizer_step(Model& m, double lr) {
   m.step++;
   const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(m.step));
   const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(m.step));
-  // Multi-tensor (foreach) kernels: a few launches for all parameters.
-  at::_foreach_mul_(ws, at::Scalar(1 - lr * o.weight_decay));
-  at::_foreach_mul_(m1s, at::Scalar(o.beta1));
-  at::_foreach_add_(m1s, gs, at::Scalar(1 - o.beta1));
-  at::_foreach_mul_(vs, at::Scalar(o.beta2));
-  at::_foreach_addcmul_(vs, gs, gs, at::Scalar(1 - o.beta2));
-  auto denom = at::_foreach_sqrt(vs);
-  at::_foreach_div_(denom, at::Scalar(std::sqrt(bc2)));
-  at::_foreach_add_(denom, at::Scalar(o.adam_eps));
-  at::_foreach_addcdiv_(ws, m1s, denom, at::Scalar(-lr / bc1));
+  // Multi-tensor (foreach) kernels over groups of up to 16M elements: few
+  // launches, and the temporary denominators stay bounded.
+  constexpr int64_t kGroup = int64_t{1} << 24;
+  for (size_t begin = 0; begin < ws.size();) {
+    size_t end = begin;
+    for (int64_t n = 0; end < ws.size() && (end == begin || n + ws[end].numel() <= kGroup); end++) n += ws[end].numel();
+    auto part = [&](const std::vector<at::Tensor>& v) { return std::vector<at::Tensor>(v.begin() + begin, v.begin() + end); };
+    auto w = part(ws), g = part(gs), m1 = part(m1s), v = part(vs);
+    at::_foreach_mul_(w, at::Scalar(1 - lr * o.weight_decay));
+    at::_foreach_mul_(m1, at::Scalar(o.beta1));
+    at::_foreach_add_(m1, g, at::Scalar(1 - o.beta1));
+    at::_foreach_mul_(v, at::Scalar(o.beta2));
+    at::_foreach_addcmul_(v, g, g, at::Scalar(1 - o.beta2));
+    auto denom = at::_foreach_sqrt(v);
+    at::_foreach_div_(denom, at::Scalar(std::sqrt(bc2)));
+    at::_foreach_add_(denom, at::Scalar(o.adam_eps));
+    at::_foreach_addcdiv_(w, m1, denom, at::Scalar(-lr / bc1));
+    begin = end;
+  }
   zero_grad(m);
   return norm;
 }
