@@ -141,7 +141,9 @@ type EngineConfig struct {
 	VLLMURLs []string `mapstructure:"vllm_urls"`
 	// VLLMGPUs are the GPUs replicas are launched on (replicas x tensor
 	// parallel size of them), never the trainer's unless VLLMColocate.
-	VLLMGPUs          []int    `mapstructure:"vllm_gpus"`
+	VLLMGPUs []int `mapstructure:"vllm_gpus"`
+	// VLLMReplicas is the number of servers; 0 means len(vllm_gpus) /
+	// vllm_tensor_parallel_size (at least 1).
 	VLLMReplicas      int      `mapstructure:"vllm_replicas"`
 	VLLMTensorParSize int      `mapstructure:"vllm_tensor_parallel_size"`
 	VLLMExtraArgs     []string `mapstructure:"vllm_extra_args"`
@@ -224,7 +226,7 @@ func Default() Config {
 			Kind:               "builtin",
 			GenerateTimeout:    5 * time.Minute,
 			MaxBatchSize:       64,
-			VLLMReplicas:       1,
+			VLLMReplicas:       0,
 			VLLMTensorParSize:  1,
 			VLLMSyncTimeout:    10 * time.Minute,
 			VLLMStartupTimeout: 5 * time.Minute,

@@ -108,8 +108,8 @@ func (c *Config) validateRuntime() error {
 		return bad("engine.generate_timeout", c.Engine.GenerateTimeout, "a positive duration such as 5m")
 	case c.Engine.MaxBatchSize < 1:
 		return bad("engine.max_batch_size", c.Engine.MaxBatchSize, "at least 1")
-	case c.Engine.VLLMReplicas < 1:
-		return bad("engine.vllm_replicas", c.Engine.VLLMReplicas, "at least 1")
+	case c.Engine.VLLMReplicas < 0:
+		return bad("engine.vllm_replicas", c.Engine.VLLMReplicas, "0 (one per vllm_tensor_parallel_size GPUs) or a positive count")
 	case c.Engine.VLLMTensorParSize < 1:
 		return bad("engine.vllm_tensor_parallel_size", c.Engine.VLLMTensorParSize, "at least 1")
 	case c.Engine.VLLMPort < 0 || c.Engine.VLLMPort > 65535:

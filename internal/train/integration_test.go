@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -159,4 +160,43 @@ func TestQuickstartLearns(t *testing.T) {
 	t.Logf("mean reward: first 5 steps %.3f, last 10 steps %.3f (checkpoint %s)", first, last, res.Checkpoint)
 	assert.LessOrEqual(t, first, 0.1)
 	assert.GreaterOrEqual(t, last, 0.5)
+}
+
+// TestQuickstartVLLMEngineLearnsLikeBuiltin runs the quickstart twice: with
+// the builtin engine, and with engine vllm where the supervisor launches two
+// `ortrain serve-engine` replicas and the trainer pushes its weights to them
+// after every step. Same seeds, same weights: the rewards must match step by
+// step (the vLLM path adds only HTTP, weight sync and IS correction).
+func TestQuickstartVLLMEngineLearnsLikeBuiltin(t *testing.T) {
+	requireWorker(t)
+	if testing.Short() {
+		t.Skip("builds ortrain and launches two replicas")
+	}
+	bin := filepath.Join(t.TempDir(), "ortrain")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	const steps = 8
+	run := func(vllm bool) []map[string]float64 {
+		dir := filepath.Join(t.TempDir(), "run")
+		cfg := quickstart(t, dir, steps)
+		cfg.GRPO.SaveSteps = 0
+		if vllm {
+			cfg.Engine.Kind = "vllm"
+			cfg.Engine.VLLMReplicas = 2
+			cfg.Engine.VLLMCommand = []string{"ortrain", "serve-engine", "--threads", "1"}
+		}
+		_, err := Run(context.Background(), cfg, RunOptions{
+			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Getenv: os.Getenv,
+			Executable: bin, Environ: os.Environ(),
+		})
+		require.NoError(t, err)
+		return readMetrics(t, dir)
+	}
+	builtin, viaVLLM := run(false), run(true)
+	require.Len(t, viaVLLM, steps)
+	for i := range steps {
+		assert.InDelta(t, builtin[i]["reward"], viaVLLM[i]["reward"], 1e-9, "step %d", i+1)
+		assert.Contains(t, viaVLLM[i], "time/sync")
+	}
+	t.Logf("reward step 1 %.4f -> step %d %.4f (both engines)", viaVLLM[0]["reward"], steps, viaVLLM[steps-1]["reward"])
 }
