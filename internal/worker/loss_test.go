@@ -348,3 +348,37 @@ func TestLoRAGradientFiniteDifference(t *testing.T) {
 	mb, _ := lossBatch(t, m, lc, 5)
 	gradCheck(t, m, KindLoRA, mb, lc.cfg, func(TensorInfo) bool { return true })
 }
+
+// TestMaskedRowsContributeNothing: a truncated completion (loss mask all 0
+// under mask_truncated_completions) or tool tokens (mask 0) change neither
+// the loss nor the gradient, whatever their advantage or length.
+func TestMaskedRowsContributeNothing(t *testing.T) {
+	m := loadTiny(t, ModelOptions{DType: "float64"})
+	ctx := context.Background()
+	rows := randomRows(rand.New(rand.NewPCG(4, 4)), 3, 300)
+	truncated := grpo.Row{Tokens: []int32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, PromptLen: 2,
+		LossMask: make([]uint8, 10), Advantage: 3}
+	for _, lc := range lossCases() {
+		run := func(rows []grpo.Row) (LossStats, map[string][]byte) {
+			require.NoError(t, m.ZeroGrad(ctx))
+			cfg := lc.cfg
+			cfg.ISCorrection, cfg.Beta = grpo.ISCorrectionOff, 0 // rows carry no sampler or reference log-probs
+			st, err := m.ForwardBackward(ctx, grpo.MicroBatch{Rows: rows, RoundTokens: 9, GradAccumSteps: 1}, cfg)
+			require.NoError(t, err)
+			return st, tensorBytes(t, m, KindGrad)
+		}
+		if lc.cfg.Type == grpo.LossGRPO || lc.cfg.Type == grpo.LossSAPO || lc.cfg.Type == grpo.LossLUSPO || lc.cfg.Type == grpo.LossDrGRPO {
+			continue // these divide by the row count B, so an extra row rescales by design (§4.6)
+		}
+		a, ga := run(rows)
+		b, gb := run(append(append([]grpo.Row{}, rows...), truncated))
+		require.InDelta(t, a.Loss, b.Loss, 1e-12, lc.name)
+		require.Equal(t, a.ActiveTokens, b.ActiveTokens, lc.name)
+		for name, g := range ga {
+			x, y := f64s(g), f64s(gb[name])
+			for k := range x {
+				require.InDelta(t, x[k], y[k], 1e-12, "%s %s[%d]", lc.name, name, k)
+			}
+		}
+	}
+}
