@@ -27,6 +27,7 @@ func testLib(t testing.TB) *Library {
 	}
 	lib, err := Open(path)
 	require.NoError(t, err)
+	t.Cleanup(func() { lib.Close() }) // runs after the cleanups of models loaded from it
 	return lib
 }
 

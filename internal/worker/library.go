@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -29,6 +31,36 @@ const errLen = 2048
 type Library struct {
 	api  *C.ort_api
 	info Info
+	// Every call into the library runs on one locked OS thread (see run):
+	// libgomp keeps an OpenMP thread team per calling thread, and CUDA keeps
+	// the current device per thread, so hopping threads would spawn teams
+	// and lose device state.
+	mu     sync.RWMutex
+	closed bool
+	calls  chan func()
+	done   chan struct{}
+}
+
+// run executes f on the library's thread and waits for it.
+func (l *Library) run(f func() C.int) (C.int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	var rc C.int
+	finished := make(chan struct{})
+	l.calls <- func() { rc = f(); close(finished) }
+	<-finished
+	return rc, nil
+}
+
+func (l *Library) serve() {
+	runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+	defer close(l.done)
+	for f := range l.calls {
+		f()
+	}
 }
 
 // Info describes an opened library.
@@ -82,10 +114,12 @@ func Open(path string) (*Library, error) {
 	if err := json.Unmarshal([]byte(C.GoString(buf)), &raw); err != nil {
 		return nil, fmt.Errorf("worker library %s: bad info JSON: %w", path, err)
 	}
-	return &Library{api: api, info: Info{
+	l := &Library{api: api, calls: make(chan func()), done: make(chan struct{}), info: Info{
 		Path: path, ABIVersion: ABIVersion, LibtorchVersion: raw.Libtorch,
 		CUDADevices: raw.CUDADevices, Threads: raw.Threads, CXX11ABI: raw.CXX11ABI != 0,
-	}}, nil
+	}}
+	go l.serve()
+	return l, nil
 }
 
 // Info reports the library's path, libtorch version and devices.
@@ -94,9 +128,17 @@ func (l *Library) Info() Info { return l.info }
 // ErrClosed is returned by calls on a closed Library or Model.
 var ErrClosed = errors.New("worker: closed")
 
-// Close forbids further use. The shared library itself stays mapped:
-// libtorch registers global state that does not survive dlclose.
+// Close stops the library's thread and forbids further use, by it and by
+// its models: close the models first, or their memory is not freed. The
+// shared library itself stays mapped: libtorch registers global state that
+// does not survive dlclose.
 func (l *Library) Close() error {
-	l.api = nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.calls)
+		<-l.done
+	}
 	return nil
 }

@@ -76,6 +76,7 @@ type ModelOptions struct {
 // state is not safe for concurrent training and sampling.
 type Model struct {
 	mu    sync.Mutex
+	lib   *Library
 	api   *C.ort_api
 	h     *C.ort_model
 	cfg   *model.Config
@@ -214,9 +215,6 @@ func resolveOptions(o ModelOptions, cfg *model.Config) (ModelOptions, model.DTyp
 // LoadModel reads a Hugging Face model directory (config.json and
 // model.safetensors or a sharded index) into the worker.
 func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error) {
-	if l.api == nil {
-		return nil, ErrClosed
-	}
 	cfg, err := model.LoadConfig(o.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
@@ -248,15 +246,17 @@ func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error)
 	}
 	eb := newErrBuf()
 	defer eb.free()
-	m := &Model{api: l.api, cfg: cfg, opts: o, dtype: dt}
-	if err := eb.err(C.ort_call_model_new(l.api, &a, &copts, &m.h, eb.p, errLen), "create model "+o.Dir); err != nil {
+	m := &Model{lib: l, api: l.api, cfg: cfg, opts: o, dtype: dt}
+	var h *C.ort_model
+	if err := m.call(eb, "create model "+o.Dir, func() C.int { return C.ort_call_model_new(l.api, &a, &copts, &h, eb.p, errLen) }); err != nil {
 		return nil, err
 	}
+	m.h = h
 	if err := m.loadWeights(ctx, o.Dir, tensors); err != nil {
 		m.Close()
 		return nil, err
 	}
-	if err := eb.err(C.ort_call_finalize(l.api, m.h, eb.p, errLen), "load model "+o.Dir); err != nil {
+	if err := m.call(eb, "load model "+o.Dir, func() C.int { return C.ort_call_finalize(m.api, m.h, eb.p, errLen) }); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -312,8 +312,10 @@ func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.h != nil {
-		C.ort_call_model_free(m.api, m.h)
+		h := m.h
+		_, err := m.lib.run(func() C.int { C.ort_call_model_free(m.api, h); return 0 })
 		m.h = nil
+		return err
 	}
 	return nil
 }
@@ -349,7 +351,7 @@ func (m *Model) tensors(kind TensorKind) ([]TensorInfo, error) {
 	eb := newErrBuf()
 	defer eb.free()
 	var n C.int32_t
-	if err := eb.err(C.ort_call_tensor_count(m.api, m.h, C.int32_t(kind), &n, eb.p, errLen), "list tensors"); err != nil {
+	if err := m.call(eb, "list tensors", func() C.int { return C.ort_call_tensor_count(m.api, m.h, C.int32_t(kind), &n, eb.p, errLen) }); err != nil {
 		return nil, err
 	}
 	var ar arena
@@ -359,9 +361,11 @@ func (m *Model) tensors(kind TensorKind) ([]TensorInfo, error) {
 	out := make([]TensorInfo, 0, int(n))
 	for i := 0; i < int(n); i++ {
 		var dt, nd C.int32_t
-		rc := C.ort_call_tensor_info(m.api, m.h, C.int32_t(kind), C.int32_t(i), (*C.char)(namep), 1024, &dt,
-			(*C.int64_t)(shapep), &nd, eb.p, errLen)
-		if err := eb.err(rc, "list tensors"); err != nil {
+		err := m.call(eb, "list tensors", func() C.int {
+			return C.ort_call_tensor_info(m.api, m.h, C.int32_t(kind), C.int32_t(i), (*C.char)(namep), 1024, &dt,
+				(*C.int64_t)(shapep), &nd, eb.p, errLen)
+		})
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, TensorInfo{Name: C.GoString((*C.char)(namep)), DType: dtypeOf(dt), Shape: append([]int64{}, shape[:nd]...)})
@@ -387,8 +391,11 @@ func (m *Model) readTensor(kind TensorKind, t TensorInfo) ([]byte, error) {
 	buf := make([]byte, max(n, 1))
 	eb := newErrBuf()
 	defer eb.free()
-	rc := C.ort_call_get_tensor(m.api, m.h, C.int32_t(kind), ar.cstring(t.Name), unsafe.Pointer(unsafe.SliceData(buf)), C.size_t(n), eb.p, errLen)
-	if err := eb.err(rc, "read tensor"); err != nil {
+	name := ar.cstring(t.Name)
+	err := m.call(eb, "read tensor", func() C.int {
+		return C.ort_call_get_tensor(m.api, m.h, C.int32_t(kind), name, unsafe.Pointer(unsafe.SliceData(buf)), C.size_t(n), eb.p, errLen)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return buf[:n], nil
@@ -422,7 +429,18 @@ func (m *Model) writeTensor(kind TensorKind, t model.Tensor) error {
 		// worker copies them before returning.
 		data = unsafe.Pointer(unsafe.SliceData(t.Data))
 	}
-	rc := C.ort_call_set_tensor(m.api, m.h, C.int32_t(kind), ar.cstring(t.Name), code, (*C.int64_t)(ccopy(&ar, t.Shape)),
-		C.int32_t(len(t.Shape)), data, eb.p, errLen)
-	return eb.err(rc, "set tensor")
+	name, shape := ar.cstring(t.Name), (*C.int64_t)(ccopy(&ar, t.Shape))
+	return m.call(eb, "set tensor", func() C.int {
+		return C.ort_call_set_tensor(m.api, m.h, C.int32_t(kind), name, code, shape, C.int32_t(len(t.Shape)), data, eb.p, errLen)
+	})
+}
+
+// call runs one C entry point on the library's thread and turns its status
+// into an error prefixed by what.
+func (m *Model) call(eb errBuf, what string, f func() C.int) error {
+	rc, err := m.lib.run(f)
+	if err != nil {
+		return err
+	}
+	return eb.err(rc, what)
 }

@@ -92,8 +92,10 @@ func (m *Model) Sample(ctx context.Context, reqs []SampleRequest) ([]SampleResul
 	defer cf.stop()
 	eb := newErrBuf()
 	defer eb.free()
-	rc := C.ort_call_sample(m.api, m.h, (*C.ort_sample_request)(rp), C.int32_t(len(reqs)), (*C.ort_sample_result)(op), cf.p, eb.p, errLen)
-	if err := callErr(ctx, eb.err(rc, "sample")); err != nil {
+	err = m.call(eb, "sample", func() C.int {
+		return C.ort_call_sample(m.api, m.h, (*C.ort_sample_request)(rp), C.int32_t(len(reqs)), (*C.ort_sample_result)(op), cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
 		return nil, err
 	}
 	out := make([]SampleResult, len(reqs))

@@ -149,8 +149,10 @@ func (m *Model) Logprobs(ctx context.Context, rows []grpo.Row, temperature float
 	defer cf.stop()
 	eb := newErrBuf()
 	defer eb.free()
-	rc := C.ort_call_logprobs(m.api, m.h, b, C.double(temperature), cbool(ref), (*C.float)(lpp), (*C.float)(entp), cf.p, eb.p, errLen)
-	if err := callErr(ctx, eb.err(rc, "logprobs")); err != nil {
+	err = m.call(eb, "logprobs", func() C.int {
+		return C.ort_call_logprobs(m.api, m.h, b, C.double(temperature), cbool(ref), (*C.float)(lpp), (*C.float)(entp), cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
 		return nil, nil, err
 	}
 	off := 0
@@ -203,8 +205,10 @@ func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfi
 	defer cf.stop()
 	eb := newErrBuf()
 	defer eb.free()
-	rc := C.ort_call_forward_backward(m.api, m.h, b, &c, cbool(backward), &st, cf.p, eb.p, errLen)
-	if err := callErr(ctx, eb.err(rc, "forward/backward")); err != nil {
+	err = m.call(eb, "forward/backward", func() C.int {
+		return C.ort_call_forward_backward(m.api, m.h, b, &c, cbool(backward), &st, cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
 		return LossStats{}, err
 	}
 	return LossStats{
@@ -230,7 +234,7 @@ func (m *Model) OptimizerStep(ctx context.Context, lr float64) (StepStats, error
 	eb := newErrBuf()
 	defer eb.free()
 	var norm C.double
-	if err := eb.err(C.ort_call_optimizer_step(m.api, m.h, C.double(lr), &norm, eb.p, errLen), "optimizer step"); err != nil {
+	if err := m.call(eb, "optimizer step", func() C.int { return C.ort_call_optimizer_step(m.api, m.h, C.double(lr), &norm, eb.p, errLen) }); err != nil {
 		return StepStats{}, err
 	}
 	return StepStats{GradNorm: float64(norm), LR: lr}, nil
@@ -245,5 +249,5 @@ func (m *Model) ZeroGrad(ctx context.Context) error {
 	defer unlock()
 	eb := newErrBuf()
 	defer eb.free()
-	return eb.err(C.ort_call_zero_grad(m.api, m.h, eb.p, errLen), "zero grad")
+	return m.call(eb, "zero grad", func() C.int { return C.ort_call_zero_grad(m.api, m.h, eb.p, errLen) })
 }
