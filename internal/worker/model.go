@@ -324,10 +324,10 @@ func (m *Model) Close() error {
 type TensorKind int
 
 const (
-	KindWeight TensorKind = C.ORT_KIND_WEIGHT // HF names; reads fold LoRA in
-	KindLoRA   TensorKind = C.ORT_KIND_LORA   // PEFT names
-	KindOptim  TensorKind = C.ORT_KIND_OPTIM  // AdamW state
-	KindGrad   TensorKind = C.ORT_KIND_GRAD   // gradients, by trainable name (read only)
+	KindWeight TensorKind = 0 // HF names; reads fold LoRA in
+	KindLoRA   TensorKind = 1 // PEFT names
+	KindOptim  TensorKind = 2 // AdamW state
+	KindGrad   TensorKind = 3 // gradients, by trainable name (read only)
 )
 
 // TensorInfo names one tensor of the model.
