@@ -6,6 +6,7 @@ used to check and benchmark ortrain's libtorch worker without transformers.
   torch_reference.py logprobs MODEL_DIR ROWS_JSON     # rows: [{"tokens":[...],"prompt_len":P}], prints logprobs JSON
   torch_reference.py bench MODEL_DIR --rows R --prompt P --completion C --steps S --threads N  # forward+backward tokens/s
   torch_reference.py write-fixture OUT_DIR --arch qwen3|llama                # a micro checkpoint + expected log-probs
+  torch_reference.py train-golden MODEL_DIR                                   # NLL over 5 AdamW steps -> expected_train.json
 
 Reads safetensors without the safetensors package (header JSON + raw bytes).
 """
@@ -212,6 +213,29 @@ def write_fixture(args):
     json.dump(expected, open(os.path.join(args.out, "expected_logprobs.json"), "w"))
 
 
+def train_golden(args):
+    """Five float64 AdamW steps on one fixed sequence, minimising its mean
+    NLL (the gradient of on-policy dapo with advantage 1); records the NLL
+    before each step."""
+    cfg, w = load(args.model, torch.float64)
+    params = [w[k].requires_grad_(True) for k in sorted(w)]
+    lr, wd = 1e-2, 0.01
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+    tokens = [1, 7, 30, 12, 12, 40, 5, 22, 9, 13, 57, 3]
+    P = 3
+    ids = torch.tensor([tokens])
+    nlls = []
+    for _ in range(5):
+        z = forward(cfg, w, ids)[0, P - 1:-1]
+        loss = -torch.log_softmax(z, -1).gather(1, ids[0, P:, None]).mean()
+        nlls.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    out = {"tokens": tokens, "prompt_len": P, "lr": lr, "weight_decay": wd, "nll": nlls}
+    json.dump(out, open(os.path.join(args.model, "expected_train.json"), "w"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -228,8 +252,12 @@ def main():
     c = sub.add_parser("write-fixture")
     c.add_argument("out")
     c.add_argument("--arch", default="qwen3")
+    d = sub.add_parser("train-golden")
+    d.add_argument("model")
     args = ap.parse_args()
-    if args.cmd == "logprobs":
+    if args.cmd == "train-golden":
+        train_golden(args)
+    elif args.cmd == "logprobs":
         cfg, w = load(args.model, torch.float64)
         print(json.dumps(row_logprobs(cfg, w, json.load(open(args.rows)))))
     elif args.cmd == "bench":
