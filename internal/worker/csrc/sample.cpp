@@ -64,7 +64,9 @@ std::pair<int64_t, double> pick(const at::Tensor& z, const ort_sample_request& r
     const int64_t tok = z.argmax().item<int64_t>();
     return {tok, at::log_softmax(z, 0)[tok].item<double>()};
   }
-  auto lp = processed_logprobs(z, r);
+  // Filtering runs where the logits are; the draw runs on the CPU with the
+  // request's own generator, so a seed gives the same sample on any device.
+  auto lp = processed_logprobs(z, r).to(at::kCPU);
   const int64_t tok = at::multinomial(lp.exp(), 1, false, gen).item<int64_t>();
   return {tok, lp[tok].item<double>()};
 }
@@ -108,7 +110,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   const auto acc = acc_dtype(m);
   for (int64_t step = 0;; step++) {
     check_cancel(cancel);
-    auto logits = at::matmul(h, lm_head(m.view).t()).to(acc).to(at::kCPU);
+    auto logits = at::matmul(h, lm_head(m.view).t()).to(acc);  // [n, V], on the model's device
     std::vector<int64_t> next(n, 0), next_pos(n, 0);
     bool all_done = true;
     for (int32_t i = 0; i < n; i++) {
