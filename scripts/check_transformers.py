@@ -29,10 +29,19 @@ def main():
     torch.manual_seed(0)
     cfg = transformers.Qwen3Config(vocab_size=32000, hidden_size=1024, intermediate_size=3072, num_hidden_layers=8,
                                    num_attention_heads=16, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True,
-                                   max_position_embeddings=4096, torch_dtype="bfloat16")
+                                   max_position_embeddings=4096)
     model_dir = os.path.join(args.out, "qwen3-random")
     model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(model_dir, safe_serialization=True)
+    # transformers 5 writes rope_theta inside rope_parameters; surface it at
+    # the top level too, and say so, in case internal/model does not read it.
+    cfg_path = os.path.join(model_dir, "config.json")
+    saved = json.load(open(cfg_path))
+    rp = saved.get("rope_parameters") or {}
+    if "rope_theta" not in saved and "rope_theta" in rp:
+        print(f"note: config.json has rope_parameters (transformers 5); copying rope_theta={rp['rope_theta']} to the top level")
+        saved["rope_theta"] = rp["rope_theta"]
+        json.dump(saved, open(cfg_path, "w"), indent=2)
     model = model.to(args.device)
 
     # 1. log-probs
