@@ -169,11 +169,49 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 			return nil, &FieldError{File: file, Field: k, Problem: fmt.Sprintf("cannot decode %s: %v", truncate(string(v), 40), err)}
 		}
 	}
+	if err := c.readTransformers5Keys(file, present); err != nil {
+		return nil, err
+	}
 	c.fillDefaults(present)
 	if err := c.validate(file); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// readTransformers5Keys reads the newer spellings transformers 5 writes:
+// rope_theta (and any scaling) inside rope_parameters, and dtype for
+// torch_dtype. Missing them would silently leave the defaults (a wrong
+// rope_theta changes every attention score). The keys stay in Extra.
+func (c *Config) readTransformers5Keys(file string, present map[string]bool) error {
+	if rp, ok := c.Extra["rope_parameters"]; ok && !present["rope_theta"] && string(rp) != "null" {
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal(rp, &p); err != nil {
+			return &FieldError{File: file, Field: "rope_parameters", Problem: "want an object with rope_theta and rope_type"}
+		}
+		theta, ok := p["rope_theta"]
+		if !ok {
+			return &FieldError{File: file, Field: "rope_parameters", Problem: "has no rope_theta (per-layer-type rope parameters are not supported)"}
+		}
+		if err := json.Unmarshal(theta, &c.RopeTheta); err != nil {
+			return &FieldError{File: file, Field: "rope_parameters.rope_theta", Problem: "want a number"}
+		}
+		present["rope_theta"] = true
+		var kind struct {
+			RopeType string `json:"rope_type"`
+		}
+		_ = json.Unmarshal(rp, &kind)
+		if kind.RopeType != "" && kind.RopeType != "default" && c.RopeScaling == nil {
+			c.RopeScaling = rp
+		}
+	}
+	if dt, ok := c.Extra["dtype"]; ok && !present["torch_dtype"] {
+		if err := json.Unmarshal(dt, &c.TorchDType); err != nil {
+			return &FieldError{File: file, Field: "dtype", Problem: "want a dtype name such as bfloat16"}
+		}
+		present["torch_dtype"] = true
+	}
+	return nil
 }
 
 // LoadConfig reads and validates dir/config.json.

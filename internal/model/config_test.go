@@ -253,3 +253,26 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// transformers 5 writes rope_theta inside rope_parameters and dtype for
+// torch_dtype; both must be read, never silently defaulted.
+func TestParseConfigTransformers5Keys(t *testing.T) {
+	base := `"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","vocab_size":320,"hidden_size":64,
+		"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"max_position_embeddings":2048`
+	c, err := ParseConfig("config.json", []byte(`{`+base+`,"dtype":"bfloat16","rope_parameters":{"rope_theta":1000000.0,"rope_type":"default"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 1e6, c.RopeTheta)
+	assert.Equal(t, "bfloat16", c.TorchDType)
+	assert.Nil(t, c.RopeScaling)
+	assert.Contains(t, c.Extra, "rope_parameters", "kept for the round trip")
+
+	c, err = ParseConfig("config.json", []byte(`{`+base+`,"rope_parameters":{"rope_theta":500000.0,"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 5e5, c.RopeTheta)
+	assert.JSONEq(t, `{"rope_theta":500000.0,"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}`, string(c.RopeScaling))
+
+	_, err = ParseConfig("config.json", []byte(`{`+base+`,"rope_parameters":{"full_attention":{"rope_theta":1e4}}}`))
+	var fe *FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "rope_parameters", fe.Field)
+}
