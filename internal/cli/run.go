@@ -285,8 +285,8 @@ func (p *progress) rollout(*rollout.Trajectory) { p.rollouts.Add(1) }
 
 func (p *progress) step(m train.StepMetrics) {
 	if p.bar != nil {
-		p.bar.Describe(fmt.Sprintf("step %d reward %.3f loss %+.4f", m.Step, m.Round.Reward, m.Loss))
 		_ = p.bar.Set(m.Step)
+		p.bar.Describe(fmt.Sprintf("step %d reward %.3f loss %+.4f", m.Step, m.Round.Reward, m.Loss))
 		return
 	}
 	ev := p.log.Info().Int("step", m.Step).Float64("reward", m.Round.Reward).Float64("reward_std", m.Round.RewardStd).
