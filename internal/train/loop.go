@@ -305,6 +305,10 @@ func (l *Loop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m *Ste
 		for i := range rows {
 			rows[i].SamplerLogprobs = nil
 		}
+		return nil
+	}
+	for k, v := range grpo.SamplingMetrics(rows, l.cfg.Loss) {
+		m.Extra[k] = v
 	}
 	return nil
 }
