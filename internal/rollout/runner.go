@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -304,8 +306,9 @@ func (e *episode) submitFinal(ctx context.Context, content string, outcome Outco
 	return nil
 }
 
-// finalAnswerArg is the single string property of the final-answer tool's
-// schema ("answer" when the schema does not say).
+// finalAnswerArg names the argument that receives a plain-text answer:
+// the schema's only property, else its first string property by name, else
+// "answer".
 func (e *episode) finalAnswerArg(tool string) string {
 	for _, t := range e.tools {
 		if t.Name != tool {
@@ -319,9 +322,13 @@ func (e *episode) finalAnswerArg(tool string) string {
 		if json.Unmarshal(t.InputSchema, &schema) != nil {
 			break
 		}
-		for name, p := range schema.Properties {
-			if len(schema.Properties) == 1 || p.Type == "string" {
-				return name
+		names := slices.Sorted(maps.Keys(schema.Properties))
+		if len(names) == 1 {
+			return names[0]
+		}
+		for _, n := range names {
+			if schema.Properties[n].Type == "string" {
+				return n
 			}
 		}
 	}
