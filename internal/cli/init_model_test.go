@@ -38,21 +38,11 @@ func TestInitModelFlags(t *testing.T) {
 	}
 }
 
-// runCLI runs ortrain with args and returns the exit code, stdout, stderr.
-func runCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	deps := SystemDeps()
-	io, out, errOut := TestIO()
-	deps.IO = io
-	code := Execute(context.Background(), deps, args)
-	return code, out.String(), errOut.String()
-}
-
 func TestInitModelCommand(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "tiny")
 
-	code, out, errOut := runCLI(t, "init-model", "--preset", "tiny", "--out", dir, "--seed", "3", "--log-format", "json")
+	code, out, errOut := execCLI(t, nil, "init-model", "--preset", "tiny", "--out", dir, "--seed", "3", "--log-format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	assert.Equal(t, dir+"\n", out, "stdout is only the model path")
 	cfg, err := model.LoadConfig(dir)
@@ -62,14 +52,14 @@ func TestInitModelCommand(t *testing.T) {
 	require.NoError(t, err)
 
 	// A second run without --force is a usage error naming the dir and the flag.
-	code, out, errOut = runCLI(t, "init-model", "--out", dir, "--seed", "4")
+	code, out, errOut = execCLI(t, nil, "init-model", "--out", dir, "--seed", "4")
 	assert.Equal(t, ExitUsage, code)
 	assert.Empty(t, out)
 	assert.Contains(t, errOut, dir)
 	assert.Contains(t, errOut, "--force")
 
 	// --force replaces the model.
-	code, _, errOut = runCLI(t, "init-model", "--out", dir, "--seed", "4", "--force")
+	code, _, errOut = execCLI(t, nil, "init-model", "--out", dir, "--seed", "4", "--force")
 	require.Equal(t, ExitOK, code, errOut)
 	second, err := model.Hash(dir)
 	require.NoError(t, err)
@@ -79,7 +69,7 @@ func TestInitModelCommand(t *testing.T) {
 	other := filepath.Join(root, "notes")
 	require.NoError(t, os.Mkdir(other, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(other, "a.txt"), []byte("keep"), 0o644))
-	code, _, errOut = runCLI(t, "init-model", "--out", other, "--force")
+	code, _, errOut = execCLI(t, nil, "init-model", "--out", other, "--force")
 	assert.Equal(t, ExitUsage, code)
 	assert.Contains(t, errOut, "holds no config.json")
 	b, err := os.ReadFile(filepath.Join(other, "a.txt"))
@@ -99,7 +89,7 @@ func TestInitModelUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := runCLI(t, tt.args...)
+			code, out, errOut := execCLI(t, nil, tt.args...)
 			assert.Equal(t, ExitUsage, code, errOut)
 			assert.Empty(t, out)
 			for _, m := range tt.msgs {
@@ -111,7 +101,7 @@ func TestInitModelUsageErrors(t *testing.T) {
 }
 
 func TestInitModelHelpListsPresets(t *testing.T) {
-	code, out, _ := runCLI(t, "init-model", "--help")
+	code, out, _ := execCLI(t, nil, "init-model", "--help")
 	require.Equal(t, ExitOK, code)
 	for _, p := range model.Presets() {
 		assert.Contains(t, out, p.Name)

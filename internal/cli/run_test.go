@@ -48,17 +48,13 @@ func TestRunPrintConfigAndValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			io, out, errOut := TestIO()
-			deps := SystemDeps()
-			deps.IO = io
-			deps.Getenv = func(k string) string { return tc.env[k] }
-			code := Execute(context.Background(), deps, tc.args)
+			code, out, errOut := execCLI(t, tc.env, tc.args...)
 			assert.Equal(t, tc.code, code, "stderr: %s", errOut)
 			for _, s := range tc.stdout {
-				assert.Contains(t, out.String(), s)
+				assert.Contains(t, out, s)
 			}
 			for _, s := range tc.stderr {
-				assert.Contains(t, errOut.String(), s)
+				assert.Contains(t, errOut, s)
 			}
 		})
 	}
@@ -67,12 +63,9 @@ func TestRunPrintConfigAndValidation(t *testing.T) {
 func TestRunUnknownConfigKey(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "c.yaml")
 	require.NoError(t, os.WriteFile(p, []byte("grpo:\n  learnig_rate: 1\n"), 0o644))
-	io, _, errOut := TestIO()
-	deps := SystemDeps()
-	deps.IO = io
-	code := Execute(context.Background(), deps, []string{"run", "--config", p})
+	code, _, errOut := execCLI(t, nil, "run", "--config", p)
 	assert.Equal(t, ExitUsage, code)
-	assert.Contains(t, errOut.String(), `unknown key "grpo.learnig_rate" (did you mean "grpo.learning_rate"?)`)
+	assert.Contains(t, errOut, `unknown key "grpo.learnig_rate" (did you mean "grpo.learning_rate"?)`)
 }
 
 // buildOrtrain builds the real binary for black-box tests.

@@ -52,7 +52,7 @@ func TestServeEngineUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, _, errOut := runCLI(t, tt.args...)
+			code, _, errOut := execCLI(t, nil, tt.args...)
 			assert.Equal(t, ExitUsage, code, errOut)
 			assert.Contains(t, errOut, tt.msg)
 		})
@@ -95,7 +95,7 @@ func TestServeEngineCommand(t *testing.T) {
 
 	deps := SystemDeps()
 	outR, outW := io.Pipe()
-	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: outW, ErrOut: &syncBuffer{}}
+	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: outW, ErrOut: &lockedBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	codeCh := make(chan int, 1)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +16,6 @@ import (
 
 	"github.com/ortrain/ortrain/internal/model"
 )
-
-// syncBuffer is a bytes.Buffer safe for the supervisor's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestServeVLLMFlags(t *testing.T) {
 	tests := []struct {
@@ -83,7 +69,7 @@ func TestServeVLLMUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, _, errOut := runCLI(t, tt.args...)
+			code, _, errOut := execCLI(t, nil, tt.args...)
 			assert.Equal(t, ExitUsage, code, errOut)
 			assert.Contains(t, errOut, tt.msg)
 		})
@@ -102,7 +88,7 @@ func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
 	require.NoError(t, model.InitOverwrite(dir, p, 1))
 
 	deps := SystemDeps()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: stdout, ErrOut: stderr}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
