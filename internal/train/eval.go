@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/config"
-	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/rollout"
 )
@@ -82,15 +81,9 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	}
 	defer lib.Close()
 	defer policy.m.Close()
-	gen := engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
-		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: eo.Logger,
-	})
+	gen := newBuiltinEngine(cfg, policy, eo.Logger)
 	defer gen.Close()
-	openers := make([]rollout.Opener, len(envList))
-	for i, e := range envList {
-		openers[i] = rollout.ClientOpener{Client: e.Client}
-	}
-	runner, err := rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, eo.Logger))
+	runner, err := newRunner(cfg, envList, gen, chatSpec, eo.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -111,11 +111,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	}
 	defer gen.Close()
 
-	openers := make([]rollout.Opener, len(envList))
-	for i, e := range envList {
-		openers[i] = rollout.ClientOpener{Client: e.Client}
-	}
-	runner, err := rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, log))
+	runner, err := newRunner(cfg, envList, gen, chatSpec, log)
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +180,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
 	log := ro.Logger.With().Str("component", "engine").Logger()
 	if cfg.Engine.Kind != "vllm" {
-		return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
-			MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
-		}), nil
+		return newBuiltinEngine(cfg, policy, log), nil
 	}
 	e := cfg.Engine
 	r := engine.VLLMRun{
@@ -237,6 +231,22 @@ func checkFreshRunDir(dir string, ro RunOptions) error {
 		}
 	}
 	return nil
+}
+
+// newBuiltinEngine batches concurrent rollouts' requests into the worker.
+func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logger) *engine.Builtin {
+	return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
+	})
+}
+
+// newRunner builds the rollout runner over the connected envs.
+func newRunner(cfg *config.Config, envList []*Env, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (*rollout.Runner, error) {
+	openers := make([]rollout.Opener, len(envList))
+	for i, e := range envList {
+		openers[i] = rollout.ClientOpener{Client: e.Client}
+	}
+	return rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, log))
 }
 
 func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
