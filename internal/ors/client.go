@@ -88,8 +88,6 @@ func NewClient(target string, opts Options) (*Client, error) {
 	}
 	var err error
 	switch {
-	case strings.HasPrefix(target, "builtin:"):
-		return nil, fmt.Errorf("target %q names a built-in env: serve it first (envs.ServeLocal) and pass its URL", target)
 	case strings.Contains(target, "://"):
 		err = c.resolveURL(target)
 	default:
@@ -133,7 +131,7 @@ func (c *Client) resolveURL(target string) error {
 }
 
 func (c *Client) resolveCatalog(name string, getenv func(string) string) error {
-	if name == "" || strings.Count(name, "/") > 1 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.ContainsAny(name, " \t?#") {
+	if name == "" || strings.Count(name, "/") > 1 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.ContainsAny(name, " \t?#:") {
 		return fmt.Errorf("env %q is neither a URL (http://host:port) nor a catalog name (Owner/Env)", name)
 	}
 	c.catalog = true
@@ -163,7 +161,7 @@ func (c *Client) resolveCatalog(name string, getenv func(string) string) error {
 		return err
 	}
 	if c.apiKey == "" {
-		return &AuthError{URL: c.sessions, Detail: "no API key: set OPENREWARD_API_KEY to use catalog environment " + name}
+		return &AuthError{URL: c.sessions, MissingKey: true, Detail: "no API key: set OPENREWARD_API_KEY to use catalog environment " + name}
 	}
 	return nil
 }

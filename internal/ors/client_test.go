@@ -238,7 +238,7 @@ func TestNewClientTargets(t *testing.T) {
 		{name: "catalog session override", target: "A/B", apiKey: "k", getenv: map[string]string{"OPENREWARD_SESSION_URL": "http://127.0.0.1:9/x"}, base: "http://127.0.0.1:9", deploy: "A/B"},
 		{name: "catalog no namespace", target: "solo", apiKey: "k", base: "https://sessions.openreward.ai", deploy: "solo"},
 		{name: "catalog without key", target: "A/B", errContains: "OPENREWARD_API_KEY"},
-		{name: "builtin", target: "builtin:echo", errContains: "built-in"},
+		{name: "builtin scheme is not ORS", target: "builtin:echo", errContains: "neither a URL"},
 		{name: "bad name", target: "a/b/c", errContains: "neither a URL"},
 		{name: "bad url", target: "ftp://x", errContains: "not an http(s) URL"},
 	}

@@ -3,9 +3,11 @@ package ors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // discover runs a stateless request; on the hosted platform it is wrapped
@@ -32,10 +34,19 @@ func (c *Client) ListEnvironments(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Splits lists the env's task splits.
+// Splits lists the env's task splits. On a self-hosted server that does not
+// serve the target's env, the error is an *EnvNotFoundError listing the envs
+// it does serve.
 func (c *Client) Splits(ctx context.Context) ([]Split, error) {
 	var out []Split
-	if err := c.discover(ctx, request{method: http.MethodGet, path: c.envPath + "/splits"}, &out); err != nil {
+	err := c.discover(ctx, request{method: http.MethodGet, path: c.envPath + "/splits"}, &out)
+	var nf *NotFoundError
+	if errors.As(err, &nf) && nf.What == "route" && !c.catalog {
+		if names, lerr := c.ListEnvironments(ctx); lerr == nil {
+			return nil, &EnvNotFoundError{Target: c.target, Served: names, BaseURL: c.sessions, Err: err}
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("list splits: %w", err)
 	}
 	return out, nil
@@ -88,10 +99,21 @@ func (c *Client) TaskRange(ctx context.Context, split string, start, stop int) (
 }
 
 // Tasks returns every task of split (may be large; prefer NumTasks + Task
-// or TaskRange for big splits).
+// or TaskRange for big splits). An env that cannot list its tasks at once
+// (the server says list_tasks is not supported) is read with NumTasks and
+// TaskRange instead.
 func (c *Client) Tasks(ctx context.Context, split string) ([]Task, error) {
 	var out tasksResponse
-	if err := c.discover(ctx, request{method: http.MethodPost, path: c.envPath + "/tasks", body: map[string]string{"split": split}}, &out); err != nil {
+	err := c.discover(ctx, request{method: http.MethodPost, path: c.envPath + "/tasks", body: map[string]string{"split": split}}, &out)
+	var inv *InvalidRequestError
+	if errors.As(err, &inv) && strings.Contains(inv.Detail, "list_tasks is not supported") {
+		n, nerr := c.NumTasks(ctx, split)
+		if nerr != nil {
+			return nil, nerr
+		}
+		return c.TaskRange(ctx, split, 0, n)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("list tasks of split %q: %w", split, err)
 	}
 	return toTasks(out, 0), nil

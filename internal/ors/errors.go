@@ -10,6 +10,8 @@ import (
 type AuthError struct {
 	URL    string
 	Detail string
+	// MissingKey: no API key was given at all (a usage error, not a rejection).
+	MissingKey bool
 }
 
 func (e *AuthError) Error() string {
@@ -50,6 +52,22 @@ type NotFoundError struct {
 func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("%s not found at %s: %s", e.What, e.URL, e.Detail)
 }
+
+// EnvNotFoundError is a self-hosted server that does not serve the target's
+// env; Served lists the envs it does serve (the first is its default).
+type EnvNotFoundError struct {
+	Target  string
+	BaseURL string
+	Served  []string
+	Err     error
+}
+
+func (e *EnvNotFoundError) Error() string {
+	return fmt.Sprintf("environment %s not found (this server serves: %s; use %s/NAME): %v",
+		e.Target, strings.Join(e.Served, ", "), e.BaseURL, e.Err)
+}
+
+func (e *EnvNotFoundError) Unwrap() error { return e.Err }
 
 // InvalidRequestError is a 400/422 the server gave for a bad split, index,
 // body or header; Detail is the server's text.
