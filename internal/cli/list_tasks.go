@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/ors"
-	"github.com/ortrain/ortrain/internal/ors/orsserver"
 )
 
 // ListTasksOptions are the inputs of `ortrain list-tasks`.
@@ -107,177 +107,45 @@ func (o *ListTasksOptions) validate(numTasksSet bool) error {
 	return nil
 }
 
-// toolRow is one listed tool.
-type toolRow struct {
-	ors.ToolSpec
-	Scope string `json:"scope"` // "shared" or "task"
-}
-
 func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
-	client, stop, err := openTarget(ctx, opts.Env, opts.Getenv, opts.Logger)
+	env, err := envtarget.Resolve(ctx, opts.Env, envtarget.Options{Getenv: opts.Getenv, Logger: opts.Logger})
 	if err != nil {
-		return err
+		return targetError(err)
 	}
-	defer stop()
-	if err := checkSplit(ctx, client, opts.Env, opts.Split); err != nil {
-		return err
-	}
-	tasks, err := fetchTasks(ctx, client, opts)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		defer cancel()
+		_ = env.Close(cctx)
+	}()
+	l, err := env.Describe(ctx, envtarget.Query{Split: opts.Split, Indices: opts.Indices, NumTasks: opts.NumTasks, Tools: opts.Tools})
 	if err != nil {
-		return targetError(opts.Env, err)
-	}
-	var tools []toolRow
-	if opts.Tools {
-		probe := 0
-		if len(tasks) > 0 {
-			probe = tasks[0].Index
-		}
-		if tools, err = probeTools(ctx, client, opts.Split, probe); err != nil {
-			return targetError(opts.Env, err)
-		}
+		return targetError(err)
 	}
 	switch opts.Format {
 	case "json":
-		return writeTasksJSON(opts.IO.Out, opts, tasks, tools)
+		return writeTasksJSON(opts.IO.Out, opts, l)
 	case "jsonl":
-		return writeTasksJSONL(opts.IO.Out, tasks, tools)
+		return writeTasksJSONL(opts.IO.Out, l)
 	}
-	return writeTasksTable(opts.IO, tasks, tools)
+	return writeTasksTable(opts.IO, l)
 }
 
-// openTarget builds a client for target; builtin:NAME is served in-process
-// on loopback until stop is called.
-func openTarget(ctx context.Context, target string, getenv func(string) string, log zerolog.Logger) (*ors.Client, func(), error) {
-	stop := func() {}
-	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
-		if _, err := envs.New(name); err != nil {
-			return nil, nil, &UsageError{Err: fmt.Errorf("--env %s: %w", target, err)}
-		}
-		url, _, stopServer, err := envs.ServeLocal(ctx, name, orsserver.Options{Logger: log})
-		if err != nil {
-			return nil, nil, fmt.Errorf("serve %s: %w", target, err)
-		}
-		stop = func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-			defer cancel()
-			_ = stopServer(sctx)
-		}
-		target = url
-	}
-	client, err := ors.NewClient(target, ors.Options{Getenv: getenv, Logger: log})
-	if err != nil {
-		stop()
-		var auth *ors.AuthError
-		if errors.As(err, &auth) {
-			return nil, nil, err
-		}
-		return nil, nil, &UsageError{Err: fmt.Errorf("--env: %w", err)}
-	}
-	return client, func() { client.CloseIdleConnections(); stop() }, nil
-}
-
-// checkSplit fails with the list of valid splits when split is unknown.
-func checkSplit(ctx context.Context, c *ors.Client, target, split string) error {
-	splits, err := c.Splits(ctx)
-	var nf *ors.NotFoundError
-	if errors.As(err, &nf) && nf.What == "route" {
-		if names, lerr := c.ListEnvironments(ctx); lerr == nil {
-			return fmt.Errorf("environment %s not found (this server serves: %s; use %s/NAME): %w",
-				target, strings.Join(names, ", "), c.BaseURL(), err)
-		}
-	}
-	if err != nil {
-		return targetError(target, err)
-	}
-	var names []string
-	for _, s := range splits {
-		if s.Name == split {
-			return nil
-		}
-		names = append(names, s.Name)
-	}
-	return usageErrorf("--split %q is not a split of %s (valid splits: %s)", split, target, strings.Join(names, ", "))
-}
-
-func fetchTasks(ctx context.Context, c *ors.Client, opts *ListTasksOptions) ([]ors.Task, error) {
+// targetError turns the resolver's typed errors into usage errors and adds
+// the next step to errors users can act on.
+func targetError(err error) error {
+	var te *envtarget.TargetError
+	var se *envtarget.SplitError
+	var ie *envtarget.IndexError
+	var ue *envtarget.UnreachableError
 	switch {
-	case len(opts.Indices) > 0:
-		n, err := c.NumTasks(ctx, opts.Split)
-		if err != nil {
-			return nil, err
-		}
-		var out []ors.Task
-		for _, i := range opts.Indices {
-			if i >= n {
-				return nil, usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", i, opts.Split, n, n-1)
-			}
-			t, err := c.Task(ctx, opts.Split, i)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, t)
-		}
-		return out, nil
-	case opts.NumTasks > 0:
-		return c.TaskRange(ctx, opts.Split, 0, opts.NumTasks)
-	}
-	tasks, err := c.Tasks(ctx, opts.Split)
-	var inv *ors.InvalidRequestError
-	if errors.As(err, &inv) && strings.Contains(inv.Detail, "list_tasks is not supported") {
-		n, nerr := c.NumTasks(ctx, opts.Split)
-		if nerr != nil {
-			return nil, nerr
-		}
-		return c.TaskRange(ctx, opts.Split, 0, n)
-	}
-	return tasks, err
-}
-
-// probeTools lists shared tools, then opens one session to find the
-// task-scoped ones (in /task_tools but not in /tools).
-func probeTools(ctx context.Context, c *ors.Client, split string, index int) ([]toolRow, error) {
-	shared, err := c.Tools(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.OpenSession(ctx, ors.SessionSpec{Split: split, Index: index})
-	if err != nil {
-		return nil, fmt.Errorf("probe session for task-scoped tools: %w", err)
-	}
-	all, err := s.Tools(ctx)
-	closeErr := s.Close(context.WithoutCancel(ctx))
-	if err != nil {
-		return nil, err
-	}
-	if closeErr != nil {
-		return nil, closeErr
-	}
-	isShared := map[string]bool{}
-	var rows []toolRow
-	for _, t := range shared {
-		isShared[t.Name] = true
-		rows = append(rows, toolRow{ToolSpec: t, Scope: "shared"})
-	}
-	for _, t := range all {
-		if !isShared[t.Name] {
-			rows = append(rows, toolRow{ToolSpec: t, Scope: "task"})
-		}
-	}
-	return rows, nil
-}
-
-// targetError adds the next step to errors users can act on.
-func targetError(target string, err error) error {
-	var ue *ors.UnreachableError
-	var nf *ors.NotFoundError
-	var usage *UsageError
-	switch {
-	case errors.As(err, &usage):
-		return err
+	case errors.As(err, &te):
+		return &UsageError{Err: fmt.Errorf("--env: %w", err)}
+	case errors.As(err, &se):
+		return usageErrorf("--split %q is not a split of %s (valid splits: %s)", se.Split, se.Target, strings.Join(se.Valid, ", "))
+	case errors.As(err, &ie):
+		return usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", ie.Index, ie.Split, ie.N, ie.N-1)
 	case errors.As(err, &ue):
 		return fmt.Errorf("%w\nhint: start a server with 'ortrain env serve echo --port PORT', or use --env builtin:echo", err)
-	case errors.As(err, &nf) && (nf.What == "route" || nf.What == "environment" || nf.What == "deployment"):
-		return fmt.Errorf("environment %s not found: %w", target, err)
 	}
 	return err
 }
@@ -318,7 +186,8 @@ func cellOf(v json.RawMessage) string {
 	return string(v)
 }
 
-func writeTasksTable(io *IOStreams, tasks []ors.Task, tools []toolRow) error {
+func writeTasksTable(io *IOStreams, l *envtarget.Listing) error {
+	tasks, tools := l.Tasks, l.Tools
 	var cols []string
 	seen := map[string]bool{}
 	for _, t := range tasks {
@@ -350,7 +219,7 @@ func writeTasksTable(io *IOStreams, tasks []ors.Task, tools []toolRow) error {
 	tp = newTablePrinter(io.Out, io.IsStdoutTTY())
 	tp.AddRow("TOOL", "SCOPE", "DESCRIPTION")
 	for _, t := range tools {
-		tp.AddRow(t.Name, t.Scope, t.Description)
+		tp.AddRow(t.Name, string(t.Scope), t.Description)
 	}
 	return tp.Render()
 }
@@ -368,7 +237,7 @@ type taskRow struct {
 	Task  json.RawMessage `json:"task"`
 }
 
-func taskRows(tasks []ors.Task) []taskRow {
+func taskRows(tasks []envtarget.Task) []taskRow {
 	rows := make([]taskRow, len(tasks))
 	for i, t := range tasks {
 		rows[i] = taskRow{Index: t.Index, Task: t.Spec}
@@ -376,13 +245,13 @@ func taskRows(tasks []ors.Task) []taskRow {
 	return rows
 }
 
-func writeTasksJSON(w io.Writer, opts *ListTasksOptions, tasks []ors.Task, tools []toolRow) error {
+func writeTasksJSON(w io.Writer, opts *ListTasksOptions, l *envtarget.Listing) error {
 	doc := struct {
-		Env   string    `json:"env"`
-		Split string    `json:"split"`
-		Tasks []taskRow `json:"tasks"`
-		Tools []toolRow `json:"tools,omitempty"`
-	}{Env: opts.Env, Split: opts.Split, Tasks: taskRows(tasks), Tools: tools}
+		Env   string                 `json:"env"`
+		Split string                 `json:"split"`
+		Tasks []taskRow              `json:"tasks"`
+		Tools []envtarget.ListedTool `json:"tools,omitempty"`
+	}{Env: opts.Env, Split: opts.Split, Tasks: taskRows(l.Tasks), Tools: l.Tools}
 	b, err := ors.MarshalJSON(doc)
 	if err != nil {
 		return err
@@ -391,18 +260,18 @@ func writeTasksJSON(w io.Writer, opts *ListTasksOptions, tasks []ors.Task, tools
 	return err
 }
 
-func writeTasksJSONL(w io.Writer, tasks []ors.Task, tools []toolRow) error {
-	for _, r := range taskRows(tasks) {
+func writeTasksJSONL(w io.Writer, l *envtarget.Listing) error {
+	for _, r := range taskRows(l.Tasks) {
 		b, err := ors.MarshalJSON(r)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "%s\n", b)
 	}
-	for _, t := range tools {
+	for _, t := range l.Tools {
 		b, err := ors.MarshalJSON(struct {
-			Tool  ors.ToolSpec `json:"tool"`
-			Scope string       `json:"scope"`
+			Tool  envtarget.ToolSpec  `json:"tool"`
+			Scope envtarget.ToolScope `json:"scope"`
 		}{t.ToolSpec, t.Scope})
 		if err != nil {
 			return err

@@ -12,32 +12,16 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/chat"
-	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/envtarget"
 )
 
-// Session is the part of an ORS session a rollout uses (ors.Session).
-type Session interface {
-	Prompt(ctx context.Context) ([]ors.Block, error)
-	Tools(ctx context.Context) ([]ors.ToolSpec, error)
-	CallTool(ctx context.Context, name string, input json.RawMessage) (*ors.ToolOutput, error)
-	Close(ctx context.Context) error
-}
+// Session is one episode's connection to its environment.
+type Session = envtarget.Session
 
-// Opener opens a session for one task of one environment.
+// Opener opens a session for one task of one environment (envtarget.Env
+// is one).
 type Opener interface {
-	OpenSession(ctx context.Context, spec ors.SessionSpec) (Session, error)
-}
-
-// ClientOpener opens sessions with an ors.Client.
-type ClientOpener struct{ Client *ors.Client }
-
-// OpenSession opens one session.
-func (o ClientOpener) OpenSession(ctx context.Context, spec ors.SessionSpec) (Session, error) {
-	s, err := o.Client.OpenSession(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	OpenSession(ctx context.Context, task envtarget.TaskRef) (Session, error)
 }
 
 // ToolCall is one call the model wrote (as parsed by internal/chat).
@@ -58,7 +42,7 @@ type ChatSpec struct {
 	HideTools bool
 }
 
-func (c ChatSpec) newConversation(system, user string, tools []ors.ToolSpec) (*chat.Conversation, error) {
+func (c ChatSpec) newConversation(system, user string, tools []envtarget.ToolSpec) (*chat.Conversation, error) {
 	if c.HideTools {
 		tools = nil
 	}
@@ -173,9 +157,9 @@ type Task struct {
 	Seed int64
 }
 
-// classify maps an error from the ORS client to an outcome.
+// classify maps an error from the env or the engine to an outcome.
 func classify(ctx context.Context, err error) Outcome {
-	var unreachable *ors.UnreachableError
+	var unreachable *envtarget.UnreachableError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return OutcomeTimeout

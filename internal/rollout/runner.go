@@ -15,7 +15,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/envtarget"
 )
 
 // Options bound and shape every episode.
@@ -121,7 +121,7 @@ func (r *Runner) Run(ctx context.Context, task Task, seed int64) *Trajectory {
 	// a /create aborted mid-flight can leave a session the server created
 	// but the client never learned of. Cancellation is checked right after.
 	sess, err := r.callEnv(context.WithoutCancel(ctx), tr, func(cctx context.Context) (Session, error) {
-		return r.envs[task.Env].OpenSession(cctx, ors.SessionSpec{Split: task.Split, Index: task.Index, Secrets: task.Secrets})
+		return r.envs[task.Env].OpenSession(cctx, envtarget.TaskRef{Split: task.Split, Index: task.Index, Secrets: task.Secrets})
 	})
 	if err != nil {
 		r.fail(ctx, tr, fmt.Errorf("open session for %s task %d: %w", task.Split, task.Index, err))
@@ -174,7 +174,7 @@ type episode struct {
 	tr    *Trajectory
 	sess  Session
 	conv  *chat.Conversation
-	tools []ors.ToolSpec
+	tools []envtarget.ToolSpec
 	// keep is how many tokens of the conversation belong to the trajectory
 	// (a tool turn that overflowed the budget is cut off); -1 = all.
 	keep int
@@ -247,12 +247,12 @@ func (e *episode) run(ctx context.Context) error {
 }
 
 // start reads the prompt and the session's own tools (task-scoped ones included).
-func (e *episode) start(ctx context.Context) (string, []ors.ToolSpec, error) {
-	var blocks []ors.Block
-	var tools []ors.ToolSpec
+func (e *episode) start(ctx context.Context) (string, []envtarget.ToolSpec, error) {
+	var prompt string
+	var tools []envtarget.ToolSpec
 	_, err := e.r.callEnv(ctx, e.tr, func(cctx context.Context) (Session, error) {
 		var err error
-		if blocks, err = e.sess.Prompt(cctx); err != nil {
+		if prompt, err = e.sess.Prompt(cctx); err != nil {
 			return nil, fmt.Errorf("get prompt: %w", err)
 		}
 		if tools, err = e.sess.Tools(cctx); err != nil {
@@ -263,13 +263,7 @@ func (e *episode) start(ctx context.Context) (string, []ors.ToolSpec, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	var texts []string
-	for _, b := range blocks {
-		if b.Type == "text" || b.Type == "" {
-			texts = append(texts, b.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), tools, nil
+	return prompt, tools, nil
 }
 
 func (e *episode) generate(ctx context.Context, ids []int32, budget, iter int) (engine.Result, error) {
@@ -362,16 +356,15 @@ func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, er
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage("{}")
 	}
-	var out *ors.ToolOutput
+	var out *envtarget.ToolOutput
 	_, err := e.r.callEnv(ctx, tr, func(cctx context.Context) (Session, error) {
 		var err error
 		out, err = e.sess.CallTool(cctx, c.Name, input)
 		return nil, err
 	})
-	var toolErr *ors.ToolCallError
-	var failed *ors.ToolFailedError
+	var toolErr *envtarget.ToolError
 	switch {
-	case errors.As(err, &toolErr), errors.As(err, &failed):
+	case errors.As(err, &toolErr):
 		// The tool ran (or refused the input): the model sees the error.
 		tr.ToolFailures++
 		tr.Rewards = append(tr.Rewards, nil)
@@ -380,7 +373,7 @@ func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, er
 	case err != nil:
 		return chat.ToolResult{}, fmt.Errorf("call tool %s: %w", c.Name, err)
 	}
-	text := out.Text()
+	text := out.Text
 	if text == "" {
 		text = "(no output)"
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/ors"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
@@ -97,12 +98,13 @@ func serveEnv(t *testing.T, env *orsserver.Env) (Opener, *orsserver.Server, func
 	go func() { _ = srv.Serve(l) }()
 	stop := func() { _ = srv.Shutdown(context.Background()) }
 	t.Cleanup(stop)
-	c, err := ors.NewClient("http://"+l.Addr().String(), ors.Options{
+	url := "http://" + l.Addr().String()
+	c, err := ors.NewClient(url, ors.Options{
 		Logger: zerolog.Nop(), RequestAttempts: 1, CallRetries: 1, CreateRetries: 1,
 		Sleep: func(context.Context, time.Duration) error { return nil },
 	})
 	require.NoError(t, err)
-	return ClientOpener{Client: c}, srv, stop
+	return envtarget.FromORSClient(c, url), srv, stop
 }
 
 func newRunner(t *testing.T, opener Opener, gen engine.Generator, cs ChatSpec, mut func(*Options)) *Runner {
@@ -365,7 +367,7 @@ func TestRolloutFailures(t *testing.T) {
 		c, err := ors.NewClient("http://"+addr, ors.Options{RequestAttempts: 1, CreateRetries: 1, Sleep: func(context.Context, time.Duration) error { return nil }})
 		require.NoError(t, err)
 		gen := &scriptedGenerator{tok: cs.Tokenizer, script: func(int, string) (string, engine.StopReason, time.Duration) { return "", engine.StopToken, 0 }}
-		tr := newRunner(t, ClientOpener{Client: c}, gen, cs, nil).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
+		tr := newRunner(t, envtarget.FromORSClient(c, "http://"+addr), gen, cs, nil).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
 		assert.Equal(t, OutcomeUnreachable, tr.Outcome, "err: %v", tr.Err)
 		var ue *ors.UnreachableError
 		assert.True(t, errors.As(tr.Err, &ue))

@@ -12,106 +12,122 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
-	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/model"
-	"github.com/ortrain/ortrain/internal/ors"
-	"github.com/ortrain/ortrain/internal/ors/orsserver"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // Env is one configured environment, connected.
 type Env struct {
-	Config  config.EnvConfig
-	Name    string // for metrics: the built-in name, the catalog name or the URL host
-	URL     string
-	Client  *ors.Client
+	Config config.EnvConfig
+	Name   string // for metrics: the built-in name, the catalog name or the URL
+	Conn   envtarget.Env
+	// Indices are the task indices of Config.Split the run draws from.
 	Indices []int
-	// Server is set for builtin: targets served in-process (its Stats count sessions).
-	Server *orsserver.Server
-	stop   func(context.Context) error
 }
 
-// BuiltinPrefix marks a built-in env served in-process on loopback.
-const BuiltinPrefix = "builtin:"
-
-// ConnectEnvs resolves every env target, serves builtin ones on loopback,
-// and discovers each env's task indices. Close the returned envs.
-func ConnectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*Env, error) {
+// connectEnvs resolves every env target (serving builtin ones on loopback)
+// and selects each env's task indices. Close the returned envs.
+func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*Env, error) {
 	var out []*Env
 	fail := func(err error) ([]*Env, error) {
-		CloseEnvs(out)
+		closeEnvs(out)
 		return nil, err
 	}
 	for i, ec := range cfgs {
-		e := &Env{Config: ec, Name: ec.Target}
-		if name, ok := strings.CutPrefix(ec.Target, BuiltinPrefix); ok {
-			// The server outlives ctx (setup's), so it is stopped by Close.
-			url, srv, stop, err := envs.ServeLocal(context.WithoutCancel(ctx), name, orsserver.Options{Logger: log.With().Str("env", name).Logger()})
-			if err != nil {
-				return fail(fmt.Errorf("envs[%d]: serve built-in env %q: %w (built-ins: %s)", i, name, err, strings.Join(envs.Names(), ", ")))
-			}
-			e.Name, e.URL, e.Server, e.stop = name, url, srv, stop
-		} else {
-			e.URL = ec.Target
-		}
-		out = append(out, e)
-		c, err := ors.NewClient(e.URL, ors.Options{Getenv: getenv, Logger: log.With().Str("env", e.Name).Logger()})
+		conn, err := envtarget.Resolve(ctx, ec.Target, envtarget.Options{Getenv: getenv, Logger: log})
 		if err != nil {
 			return fail(fmt.Errorf("envs[%d] target %q: %w", i, ec.Target, err))
 		}
-		e.Client = c
-		if e.Server == nil {
-			if d := c.Deployment(); d != "" {
-				e.Name = d
-			}
+		e := &Env{Config: ec, Name: conn.Name(), Conn: conn}
+		out = append(out, e)
+		n, err := conn.NumTasks(ctx, ec.Split)
+		if err != nil {
+			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
 		}
-		if e.Indices, err = discoverIndices(ctx, c, ec); err != nil {
+		if e.Indices, err = envtarget.SelectIndices(ec.Split, n, ec.Indices, ec.NumTasks); err != nil {
 			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
 		}
 	}
 	return out, nil
 }
 
-// discoverIndices returns the task indices to draw from: the configured
-// indices (checked against the split size), the first num_tasks, or all.
-func discoverIndices(ctx context.Context, c *ors.Client, ec config.EnvConfig) ([]int, error) {
-	n, err := c.NumTasks(ctx, ec.Split)
-	if err != nil {
-		return nil, fmt.Errorf("count tasks of split %q: %w", ec.Split, err)
+// closeEnvs releases every env (in-process servers included), each bounded.
+func closeEnvs(es []*Env) {
+	for _, e := range es {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = e.Conn.Close(ctx)
+		cancel()
 	}
-	if len(ec.Indices) > 0 {
-		for _, idx := range ec.Indices {
-			if idx >= n {
-				return nil, fmt.Errorf("task index %d is out of range: split %q has %d tasks (0..%d)", idx, ec.Split, n, n-1)
-			}
-		}
-		return append([]int(nil), ec.Indices...), nil
-	}
-	if ec.NumTasks > 0 {
-		n = min(n, ec.NumTasks)
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("split %q has no tasks", ec.Split)
-	}
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out, nil
 }
 
-// CloseEnvs stops in-process env servers.
-func CloseEnvs(es []*Env) {
-	for _, e := range es {
-		if e.Client != nil {
-			e.Client.CloseIdleConnections()
+// stack is what a run and an eval build before rolling out: the model, its
+// chat template, the connected envs, the worker with the policy, the
+// generation engine and the rollout runner.
+type stack struct {
+	modelDir string
+	chat     rollout.ChatSpec
+	envs     []*Env
+	lib      *worker.Library
+	policy   *workerPolicy
+	gen      engine.Generator
+	runner   *rollout.Runner
+}
+
+// stackOptions say what differs between a run and an eval.
+type stackOptions struct {
+	resumeDir string // load weights and optimizer state from this checkpoint
+	reference bool   // keep a frozen reference model (beta > 0)
+	getenv    func(string) string
+	logger    zerolog.Logger
+	// engine builds the generation backend over the loaded policy.
+	engine func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error)
+}
+
+// buildStack loads everything in dependency order; on error it releases
+// what it had built.
+func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *stack, err error) {
+	st := &stack{}
+	defer func() {
+		if err != nil {
+			st.close()
 		}
-		if e.stop != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = e.stop(ctx)
-			cancel()
-		}
+	}()
+	if st.modelDir, err = PrepareModel(cfg, so.getenv, so.logger); err != nil {
+		return nil, err
 	}
+	if st.chat, err = LoadChat(st.modelDir, cfg.Chat); err != nil {
+		return nil, err
+	}
+	if st.envs, err = connectEnvs(ctx, cfg.Envs, so.getenv, so.logger); err != nil {
+		return nil, err
+	}
+	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
+		return nil, err
+	}
+	if st.gen, err = so.engine(ctx, st.modelDir, st.policy); err != nil {
+		return nil, err
+	}
+	if st.runner, err = newRunner(cfg, st.envs, st.gen, st.chat, so.logger); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// close releases the stack in reverse order of construction.
+func (st *stack) close() {
+	if st.gen != nil {
+		_ = st.gen.Close()
+	}
+	if st.policy != nil {
+		st.policy.m.Close()
+	}
+	if st.lib != nil {
+		_ = st.lib.Close()
+	}
+	closeEnvs(st.envs)
 }
 
 // PrepareModel resolves the model directory; a missing directory is created

@@ -1,0 +1,242 @@
+// Package envtarget resolves an environment target — a URL, a catalog name
+// Owner/Env, or builtin:NAME — into a connected Env, whatever protocol it
+// speaks. Env and Session are the protocol-neutral view the trainer, eval,
+// list-tasks and rollouts use; ORS is one implementation (ors.go), and a
+// second protocol plugs in as another.
+package envtarget
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog"
+)
+
+// Protocol names an environment standard.
+type Protocol string
+
+// ORS is the Open Reward Standard (sessions over HTTP/SSE, task lists on the server).
+const ORS Protocol = "ors"
+
+// BuiltinPrefix marks a built-in env served in-process on loopback.
+const BuiltinPrefix = "builtin:"
+
+// Kind says how a target string is read.
+type Kind int
+
+const (
+	// KindURL is an http(s) URL: one origin for every call.
+	KindURL Kind = iota
+	// KindCatalog is Owner/Env on the hosted platform.
+	KindCatalog
+	// KindBuiltin is builtin:NAME, served in-process on loopback.
+	KindBuiltin
+)
+
+// KindOf classifies a target string; only the syntax is looked at.
+func KindOf(target string) Kind {
+	switch {
+	case strings.HasPrefix(target, BuiltinPrefix):
+		return KindBuiltin
+	case strings.Contains(target, "://"):
+		return KindURL
+	}
+	return KindCatalog
+}
+
+// TaskRef names one task of an env: a split and an index in it.
+type TaskRef struct {
+	Split string
+	Index int
+	// Secrets reach the env constructor; never logged.
+	Secrets map[string]string
+}
+
+// ToolSpec describes one tool offered to the model. A nil InputSchema means
+// the tool takes no arguments.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// ToolOutput is what one tool call returned.
+type ToolOutput struct {
+	Text     string
+	Reward   *float64 // nil: the call gave no reward
+	Finished bool     // the episode is over
+	Metadata json.RawMessage
+}
+
+// Session is one episode's connection to an env. Implementations are safe
+// for use by one rollout; every call is bounded by its context.
+type Session interface {
+	// Prompt is the task's prompt text.
+	Prompt(ctx context.Context) (string, error)
+	// Tools are the tools this session offers (task-scoped ones included).
+	Tools(ctx context.Context) ([]ToolSpec, error)
+	// CallTool runs one tool. A *ToolError means the tool refused or failed
+	// and the model should see why; any other error is an infrastructure
+	// failure of the session.
+	CallTool(ctx context.Context, name string, input json.RawMessage) (*ToolOutput, error)
+	Close(ctx context.Context) error
+}
+
+// Env is a connected environment.
+type Env interface {
+	Protocol() Protocol
+	// Name is the env's readable name: the built-in name, the catalog name,
+	// or the URL.
+	Name() string
+	// NumTasks counts the tasks of split.
+	NumTasks(ctx context.Context, split string) (int, error)
+	OpenSession(ctx context.Context, task TaskRef) (Session, error)
+	// Describe lists tasks and tools for `ortrain list-tasks`.
+	Describe(ctx context.Context, q Query) (*Listing, error)
+	// Close releases the env: idle connections, and an in-process server
+	// for builtin targets.
+	Close(ctx context.Context) error
+}
+
+// Query selects what Describe lists.
+type Query struct {
+	Split string
+	// Indices, when set, lists exactly these tasks; else NumTasks > 0
+	// lists the first NumTasks; else all.
+	Indices  []int
+	NumTasks int
+	// Tools also lists the tools, opening one session for task-scoped ones.
+	Tools bool
+}
+
+// Task is one listed task with its spec as the env gave it.
+type Task struct {
+	Index int
+	Spec  json.RawMessage
+}
+
+// ToolScope says where a listed tool comes from.
+type ToolScope string
+
+const (
+	ScopeShared ToolScope = "shared" // offered for every task
+	ScopeTask   ToolScope = "task"   // offered only by a session's task
+)
+
+// ListedTool is a tool with its scope.
+type ListedTool struct {
+	ToolSpec
+	Scope ToolScope `json:"scope"`
+}
+
+// Listing is what Describe returns.
+type Listing struct {
+	Protocol Protocol
+	Tasks    []Task
+	Tools    []ListedTool // nil unless Query.Tools
+}
+
+// Options configure Resolve.
+type Options struct {
+	// Getenv reads OPENREWARD_* variables (nil: none set).
+	Getenv func(string) string
+	Logger zerolog.Logger
+}
+
+// Resolve connects to target. A builtin:NAME target is served on loopback
+// until the Env is closed (the server outlives ctx, which bounds only the
+// resolution).
+func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = func(string) string { return "" }
+	}
+	if target == "" {
+		return nil, &TargetError{Target: target, Reason: "empty target"}
+	}
+	return resolveORS(ctx, target, opts)
+}
+
+// TargetError is a target string that cannot name an env (a usage error).
+type TargetError struct {
+	Target string
+	Reason string
+	Err    error
+}
+
+func (e *TargetError) Error() string {
+	msg := fmt.Sprintf("env target %q: %s", e.Target, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg + " (want a URL like http://127.0.0.1:8080, a catalog name Owner/Env, or builtin:NAME)"
+}
+
+func (e *TargetError) Unwrap() error { return e.Err }
+
+// ToolError is a tool that refused its input or failed while running: the
+// model sees Message as the tool turn, and the episode goes on.
+type ToolError struct {
+	Tool string
+	Err  error
+}
+
+func (e *ToolError) Error() string { return e.Err.Error() }
+func (e *ToolError) Unwrap() error { return e.Err }
+
+// UnreachableError is an env that could not be reached at all.
+type UnreachableError struct {
+	Target string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string { return e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// SplitError is a split the env does not have.
+type SplitError struct {
+	Target, Split string
+	Valid         []string
+}
+
+func (e *SplitError) Error() string {
+	return fmt.Sprintf("split %q is not a split of %s (valid splits: %s)", e.Split, e.Target, strings.Join(e.Valid, ", "))
+}
+
+// IndexError is a task index outside its split.
+type IndexError struct {
+	Split    string
+	Index, N int
+}
+
+func (e *IndexError) Error() string {
+	if e.N == 0 {
+		return fmt.Sprintf("task index %d is out of range: split %q has no tasks", e.Index, e.Split)
+	}
+	return fmt.Sprintf("task index %d is out of range: split %q has %d tasks (0..%d)", e.Index, e.Split, e.N, e.N-1)
+}
+
+// SelectIndices returns the task indices a run draws from: the given
+// indices (checked against the split size n), the first numTasks, or all.
+func SelectIndices(split string, n int, indices []int, numTasks int) ([]int, error) {
+	if len(indices) > 0 {
+		for _, idx := range indices {
+			if idx < 0 || idx >= n {
+				return nil, &IndexError{Split: split, Index: idx, N: n}
+			}
+		}
+		return append([]int(nil), indices...), nil
+	}
+	if numTasks > 0 {
+		n = min(n, numTasks)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("split %q has no tasks", split)
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out, nil
+}
