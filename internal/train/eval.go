@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/rollout"
 )
@@ -62,37 +63,22 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	if eo.NumGenerations < 1 {
 		return nil, &config.FieldError{Field: "num_generations", Value: eo.NumGenerations, Allowed: "at least 1"}
 	}
-	modelDir, err := PrepareModel(cfg, eo.Getenv, eo.Logger)
+	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger,
+		engine: func(_ context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
+			return newBuiltinEngine(cfg, p, eo.Logger), nil
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	chatSpec, err := LoadChat(modelDir, cfg.Chat)
-	if err != nil {
-		return nil, err
-	}
-	envList, err := ConnectEnvs(ctx, cfg.Envs, eo.Getenv, eo.Logger)
-	if err != nil {
-		return nil, err
-	}
-	defer CloseEnvs(envList)
-	lib, policy, err := loadPolicy(ctx, cfg, modelDir, "", false, eo.Getenv, eo.Logger)
-	if err != nil {
-		return nil, err
-	}
-	defer lib.Close()
-	defer policy.m.Close()
-	gen := newBuiltinEngine(cfg, policy, eo.Logger)
-	defer gen.Close()
-	runner, err := newRunner(cfg, envList, gen, chatSpec, eo.Logger)
-	if err != nil {
-		return nil, err
-	}
+	defer st.close()
+	envList, runner := st.envs, st.runner
 	var tasks []rollout.Task
 	for ei, e := range envList {
 		for _, idx := range e.Indices {
-			for g := range eo.NumGenerations {
+			for range eo.NumGenerations {
 				tasks = append(tasks, rollout.Task{Env: ei, Split: e.Config.Split, Index: idx, Secrets: e.Config.Secrets,
-					Seed: (cfg.Seed+7)*1_000_003 + int64(len(tasks)) + int64(g) + 1})
+					Seed: seeds(cfg.Seed).eval(len(tasks))})
 			}
 		}
 	}

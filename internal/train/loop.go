@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -95,7 +94,6 @@ type Loop struct {
 	policy   Policy
 	gen      WeightSyncer
 	log      zerolog.Logger
-	rng      *rand.Rand
 
 	step      int // optimizer steps taken
 	microStep int // micro-steps taken
@@ -113,7 +111,6 @@ type Loop struct {
 func NewLoop(cfg LoopConfig, sampler *TaskSampler, r Rollouts, p Policy, g WeightSyncer, log zerolog.Logger) *Loop {
 	return &Loop{
 		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
-		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
 	}
 }
 
@@ -141,7 +138,6 @@ func (l *Loop) Restore(st State) error {
 	}
 	l.step, l.microStep, l.numTokens = st.Step, st.MicroStep, st.NumTokens
 	l.round = nil
-	l.rng = rand.New(rand.NewPCG(uint64(l.cfg.Seed), uint64(st.Step)+0x5eed))
 	return nil
 }
 
@@ -232,7 +228,7 @@ func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
 		tasks[i] = rollout.Task{
 			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
 			// Every rollout of every round samples with its own seed.
-			Seed: (l.cfg.Seed+1)*1_000_003 + round*100_003 + int64(i) + 1,
+			Seed: seeds(l.cfg.Seed).rollout(round, i),
 		}
 	}
 	t0 := time.Now()
@@ -261,7 +257,7 @@ func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
 	if err := l.addReferenceLogprobs(ctx, rows, m); err != nil {
 		return err
 	}
-	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, l.rng)
+	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, seeds(l.cfg.Seed).roundShuffle(round))
 	if err != nil {
 		return err
 	}

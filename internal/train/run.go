@@ -59,110 +59,116 @@ type Result struct {
 // stops new rollouts, closes their sessions, saves a checkpoint and returns
 // an error wrapping ErrInterrupted.
 func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error) {
-	log := ro.Logger
-	if len(cfg.Envs) == 0 {
-		return nil, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment (a URL, Owner/Env or builtin:NAME)"}
-	}
-	shape, err := cfg.GRPO.BatchShape()
+	plan, err := planRun(cfg, ro)
 	if err != nil {
 		return nil, err
 	}
-	lossCfg, err := cfg.GRPO.LossConfig()
+	st, err := buildStack(ctx, cfg, stackOptions{
+		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger,
+		engine: func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error) {
+			return startEngine(ctx, cfg, modelDir, p, ro)
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create output_dir: %w", err)
-	}
-	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
-		return nil, err
-	}
-	var resumeDir string
-	if ro.Resume {
-		if resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
-			return nil, fmt.Errorf("--resume: %w", err)
-		}
-	}
-
-	modelDir, err := PrepareModel(cfg, ro.Getenv, log)
+	defer st.close()
+	loop, err := newRunLoop(cfg, plan, st, ro.Logger)
 	if err != nil {
 		return nil, err
 	}
-	chatSpec, err := LoadChat(modelDir, cfg.Chat)
-	if err != nil {
-		return nil, err
-	}
-	envList, err := ConnectEnvs(ctx, cfg.Envs, ro.Getenv, log)
-	if err != nil {
-		return nil, err
-	}
-	defer CloseEnvs(envList)
-
-	lib, policy, err := loadPolicy(ctx, cfg, modelDir, resumeDir, lossCfg.Beta > 0, ro.Getenv, log)
-	if err != nil {
-		return nil, err
-	}
-	defer lib.Close()
-	defer policy.m.Close()
-
-	gen, err := startEngine(ctx, cfg, modelDir, policy, ro)
-	if err != nil {
-		return nil, err
-	}
-	defer gen.Close()
-
-	runner, err := newRunner(cfg, envList, gen, chatSpec, log)
-	if err != nil {
-		return nil, err
-	}
-
-	k := shape.PromptsPerRound()
-	etasks := make([]EnvTasks, len(envList))
-	for i, e := range envList {
-		etasks[i] = EnvTasks{Indices: e.Indices, Weight: e.Config.Weight}
-	}
-	sampler, err := NewTaskSampler(etasks, k, shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
-	if err != nil {
-		return nil, err
-	}
-	loopCfg, err := loopConfig(cfg, shape, lossCfg, envList, sampler)
-	if err != nil {
-		return nil, err
-	}
-	loop := NewLoop(loopCfg, sampler, runner, policy, gen, log)
-	if resumeDir != "" {
-		var st State
-		if err := ReadJSON(filepath.Join(resumeDir, "trainer_state.json"), &st); err != nil {
-			return nil, fmt.Errorf("--resume: %w", err)
-		}
-		if err := loop.Restore(st); err != nil {
-			return nil, fmt.Errorf("--resume from %s: %w", resumeDir, err)
-		}
-		log.Info().Str("checkpoint", resumeDir).Int("step", st.Step).Msg("resumed")
-	}
-
-	rd, err := openRunDir(cfg, modelDir, envList, ro, lib)
+	rd, err := openRunDir(cfg, st.modelDir, st.envs, ro, st.lib)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.close()
 	res := &Result{RunDir: cfg.OutputDir}
-	wireHooks(loop, rd, res, policy, cfg, ro)
-
+	wireHooks(loop, rd, res, st.policy, cfg, ro)
 	if ro.OnStart != nil {
-		ro.OnStart(loopCfg.MaxSteps, loop.Step())
+		ro.OnStart(loop.cfg.MaxSteps, loop.Step())
 	}
 	runErr := loop.Run(ctx)
+	return finishRun(ctx, cfg, ro, loop, st.policy, res, runErr)
+}
+
+// runPlan is what a run decides before it loads anything.
+type runPlan struct {
+	shape     config.BatchShape
+	loss      grpo.LossConfig
+	resumeDir string // "" for a fresh run
+}
+
+// planRun validates the batch and loss settings and prepares output_dir:
+// it refuses to mix a new run into an earlier one and finds the checkpoint
+// to resume from.
+func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
+	var p runPlan
+	if len(cfg.Envs) == 0 {
+		return p, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment (a URL, Owner/Env or builtin:NAME)"}
+	}
+	var err error
+	if p.shape, err = cfg.GRPO.BatchShape(); err != nil {
+		return p, err
+	}
+	if p.loss, err = cfg.GRPO.LossConfig(); err != nil {
+		return p, err
+	}
+	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
+		return p, fmt.Errorf("create output_dir: %w", err)
+	}
+	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
+		return p, err
+	}
+	if ro.Resume {
+		if p.resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
+			return p, fmt.Errorf("--resume: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// newRunLoop builds the task sampler and the loop over the stack, restored
+// from the checkpoint when resuming.
+func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger) (*Loop, error) {
+	shape := plan.shape
+	etasks := make([]EnvTasks, len(st.envs))
+	for i, e := range st.envs {
+		etasks[i] = EnvTasks{Indices: e.Indices, Weight: e.Config.Weight}
+	}
+	sampler, err := NewTaskSampler(etasks, shape.PromptsPerRound(), shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
+	if err != nil {
+		return nil, err
+	}
+	loopCfg, err := loopConfig(cfg, shape, plan.loss, st.envs, sampler)
+	if err != nil {
+		return nil, err
+	}
+	loop := NewLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
+	if plan.resumeDir == "" {
+		return loop, nil
+	}
+	var state State
+	if err := ReadJSON(filepath.Join(plan.resumeDir, "trainer_state.json"), &state); err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	if err := loop.Restore(state); err != nil {
+		return nil, fmt.Errorf("--resume from %s: %w", plan.resumeDir, err)
+	}
+	log.Info().Str("checkpoint", plan.resumeDir).Int("step", state.Step).Msg("resumed")
+	return loop, nil
+}
+
+// finishRun writes the final checkpoint of a finished or interrupted run
+// with a fresh, bounded context (the run's context may be cancelled).
+func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *Loop, p Policy, res *Result, runErr error) (*Result, error) {
 	res.Steps = loop.Step()
 	if runErr != nil && ctx.Err() == nil {
 		return res, runErr
 	}
-	// Finished or interrupted: write the final checkpoint with a fresh,
-	// bounded context (the run's context may be cancelled).
 	saveCtx, cancel := context.WithTimeout(context.Background(), max(ro.SaveTimeout, 2*time.Minute))
 	defer cancel()
 	if loop.Step() > 0 {
-		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, policy)
+		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, p)
 		if err != nil {
 			return res, fmt.Errorf("final checkpoint: %w", err)
 		}
@@ -244,7 +250,7 @@ func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logg
 func newRunner(cfg *config.Config, envList []*Env, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (*rollout.Runner, error) {
 	openers := make([]rollout.Opener, len(envList))
 	for i, e := range envList {
-		openers[i] = rollout.ClientOpener{Client: e.Client}
+		openers[i] = e.Conn
 	}
 	return rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, log))
 }
@@ -437,12 +443,48 @@ func wireHooks(loop *Loop, rd *runDir, res *Result, p Policy, cfg *config.Config
 	}
 }
 
-// CheckWorker loads the worker library and the model once (for --dry-run).
-func CheckWorker(ctx context.Context, cfg *config.Config, modelDir string, getenv func(string) string) error {
-	lib, p, err := loadPolicy(ctx, cfg, modelDir, "", false, getenv, zerolog.Nop())
+// CheckedEnv is one env --dry-run reached.
+type CheckedEnv struct {
+	Name, Target, Split string
+	Tasks               int
+}
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	ModelDir string
+	Envs     []CheckedEnv
+	Device   string
+}
+
+// Check loads what a run would load — the model, its tokenizer and chat
+// template, every env, the worker with the model — and releases it again
+// (for --dry-run). report is called after each part that passed.
+func Check(ctx context.Context, cfg *config.Config, getenv func(string) string, log zerolog.Logger, report func(part, detail string)) error {
+	dir, err := PrepareModel(cfg, getenv, log)
+	if err != nil {
+		return err
+	}
+	report("model", dir)
+	if _, err := LoadChat(dir, cfg.Chat); err != nil {
+		return err
+	}
+	report("tokenizer", "and chat template")
+	envList, err := connectEnvs(ctx, cfg.Envs, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer closeEnvs(envList)
+	for _, e := range envList {
+		report("env", fmt.Sprintf("%s (%s split %s, %d tasks)", e.Name, e.Config.Target, e.Config.Split, len(e.Indices)))
+	}
+	lib, p, err := loadPolicy(ctx, cfg, dir, "", false, getenv, zerolog.Nop())
 	if err != nil {
 		return err
 	}
 	p.m.Close()
-	return lib.Close()
+	if err := lib.Close(); err != nil {
+		return err
+	}
+	report("worker", "loaded the model on "+cfg.Worker.Device)
+	return nil
 }

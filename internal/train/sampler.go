@@ -34,7 +34,7 @@ type SamplerState struct {
 type TaskSampler struct {
 	envs    []EnvTasks
 	k, g    int
-	seed    uint64
+	seed    seeds
 	shuffle bool
 	state   SamplerState
 	// perms caches each env's permutation for its current epoch.
@@ -64,7 +64,7 @@ func NewTaskSampler(envs []EnvTasks, k, g int, seed int64, shuffle bool) (*TaskS
 	if k < 1 || g < 1 {
 		return nil, fmt.Errorf("task sampler: %d tasks x %d generations per round", k, g)
 	}
-	s := &TaskSampler{envs: envs, k: k, g: g, seed: uint64(seed), shuffle: shuffle}
+	s := &TaskSampler{envs: envs, k: k, g: g, seed: seeds(seed), shuffle: shuffle}
 	s.state = SamplerState{Cursors: make([]int, len(envs)), Epochs: make([]int, len(envs))}
 	s.perms = make([]cachedPerm, len(envs))
 	return s, nil
@@ -90,7 +90,7 @@ func (s *TaskSampler) Epoch() int { return s.state.Epochs[0] }
 
 // Next returns the next round: k tasks, each repeated g times, groups contiguous.
 func (s *TaskSampler) Next() []TaskRef {
-	pick := rand.New(rand.NewPCG(s.seed^0x9e3779b97f4a7c15, uint64(s.state.Round)))
+	pick := s.seed.envPick(s.state.Round)
 	out := make([]TaskRef, 0, s.k*s.g)
 	for range s.k {
 		env := s.chooseEnv(pick)
@@ -158,7 +158,7 @@ func (s *TaskSampler) makePermutation(env, epoch int) []int {
 		}
 		return p
 	}
-	r := rand.New(rand.NewPCG(s.seed+uint64(env)*0x51ed27, uint64(epoch)))
+	r := s.seed.permutation(env, epoch)
 	return r.Perm(n)
 }
 

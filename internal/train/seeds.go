@@ -1,0 +1,33 @@
+package train
+
+import "math/rand/v2"
+
+// seeds derives every random stream of a run from the config seed, here and
+// nowhere else, so no two streams collide and each one is a pure function
+// of (seed, position): a resumed run re-derives exactly the streams an
+// uninterrupted one would use.
+type seeds int64
+
+// rollout seeds rollout i of round (the turn-level streams derive from it
+// inside the rollout package).
+func (s seeds) rollout(round int64, i int) int64 {
+	return (int64(s)+1)*1_000_003 + round*100_003 + int64(i) + 1
+}
+
+// eval seeds the i-th rollout of an evaluation.
+func (s seeds) eval(i int) int64 { return (int64(s)+7)*1_000_003 + int64(i) + 1 }
+
+// roundShuffle orders the micro-batches of round.
+func (s seeds) roundShuffle(round int64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(s), uint64(round)+0x5eed))
+}
+
+// envPick chooses the env of each prompt of round (multi-env runs).
+func (s seeds) envPick(round int) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(s)^0x9e3779b97f4a7c15, uint64(round)))
+}
+
+// permutation orders env's tasks in epoch.
+func (s seeds) permutation(env, epoch int) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(s)+uint64(env)*0x51ed27, uint64(epoch)))
+}
