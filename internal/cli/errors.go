@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/train"
 )
 
 // Exit codes, decided in one place (exitCodeFor).
@@ -35,19 +38,38 @@ type InterruptedError struct{ What string }
 
 func (e *InterruptedError) Error() string { return "interrupted: " + e.What }
 
-// exitCodeFor maps an error to the process exit code.
+// exitCodeFor maps an error to the process exit code. Every typed error a
+// command may return is classified here and nowhere else.
 func exitCodeFor(err error) int {
-	var usage *UsageError
-	var interrupted *InterruptedError
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &interrupted), errors.Is(err, context.Canceled):
+	case isInterrupted(err):
 		return ExitInterrupted
-	case errors.As(err, &usage):
+	case isUsage(err):
 		return ExitUsage
 	}
 	return ExitError
+}
+
+func isInterrupted(err error) bool {
+	var interrupted *InterruptedError
+	return errors.As(err, &interrupted) || errors.Is(err, context.Canceled) || errors.Is(err, train.ErrInterrupted)
+}
+
+// isUsage: what the user can fix by changing flags, config or environment
+// variables before running again.
+func isUsage(err error) bool {
+	var usage *UsageError
+	var field *config.FieldError
+	var target *envtarget.TargetError
+	switch {
+	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target):
+		return true
+	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
+		return true
+	}
+	return false
 }
 
 // printError writes err with the hint that tells the user what to do next.
@@ -57,12 +79,11 @@ func printError(w io.Writer, cmdPath string, err error) {
 		return
 	}
 	fmt.Fprintf(w, "error: %v\n", err)
-	var usage *UsageError
 	var auth *ors.AuthError
 	switch {
-	case errors.As(err, &usage):
-		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmdPath)
 	case errors.As(err, &auth):
 		fmt.Fprintln(w, "hint: set OPENREWARD_API_KEY to a valid key, or pass --env http://HOST:PORT for a self-hosted server")
+	case isUsage(err):
+		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmdPath)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -98,9 +97,6 @@ func runEval(ctx context.Context, opts *EvalOptions, splitSet bool) error {
 		Logger: opts.Run.Logger, Getenv: opts.Run.Getenv, NumGenerations: opts.NumGenerations, PassThreshold: opts.PassThreshold,
 	})
 	if err != nil {
-		if _, ok := err.(*config.FieldError); ok {
-			return &UsageError{Err: err}
-		}
 		return err
 	}
 	if err := writeEval(opts, res); err != nil {

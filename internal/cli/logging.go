@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -31,15 +30,4 @@ func newLogger(io *IOStreams, level, format string) (zerolog.Logger, error) {
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 	}
 	return zerolog.New(io.ErrOut).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// fmtDuration prints a duration rounded for humans.
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	}
-	return d.Round(time.Second).String()
 }

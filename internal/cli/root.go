@@ -6,11 +6,11 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -27,7 +27,6 @@ type Deps struct {
 	Getenv func(string) string
 	// Environ returns the process environment as KEY=VALUE pairs.
 	Environ func() []string
-	Now     func() time.Time
 	// Executable is the path of the running binary (for re-exec'd children).
 	Executable func() (string, error)
 }
@@ -39,7 +38,6 @@ func SystemDeps() *Deps {
 		Logger:     zerolog.Nop(),
 		Getenv:     os.Getenv,
 		Environ:    os.Environ,
-		Now:        time.Now,
 		Executable: os.Executable,
 	}
 }
@@ -63,11 +61,6 @@ func Execute(ctx context.Context, deps *Deps, args []string) int {
 	if err != nil {
 		if cmd == nil {
 			cmd = root
-		}
-		// cobra's own flag errors are usage errors.
-		var usage *UsageError
-		if !errors.As(err, &usage) && isCobraUsageError(err) {
-			err = &UsageError{Err: err}
 		}
 		printError(deps.IO.ErrOut, cmd.CommandPath(), err)
 	}
@@ -121,6 +114,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &UsageError{Err: err} })
 	root.CompletionOptions.DisableDefaultCmd = true
 
+	defer typeArgErrors(root)
 	root.AddCommand(
 		newVersionCmd(deps),
 		newRunCmd(deps, nil),
@@ -136,14 +130,46 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	return root
 }
 
-// isCobraUsageError recognises cobra's argument-validation errors, which
-// are not routed through the flag error func.
-func isCobraUsageError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "unknown shorthand flag", "invalid argument"} {
-		if strings.Contains(msg, p) {
-			return true
+// typeArgErrors makes every argument error of the tree a *UsageError: each
+// command's validator is wrapped, and a command with subcommands but no
+// validator refuses unknown subcommands itself (cobra would return an
+// untyped error) and prints its help when run bare.
+func typeArgErrors(cmd *cobra.Command) {
+	validate := cmd.Args
+	if cmd.HasSubCommands() {
+		if validate == nil {
+			validate = unknownSubcommand
+		}
+		if !cmd.Runnable() {
+			// cobra skips argument validation of commands that cannot run.
+			cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 		}
 	}
-	return false
+	if validate != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := validate(c, args); err != nil {
+				return &UsageError{Err: err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		typeArgErrors(sub)
+	}
+}
+
+// unknownSubcommand refuses any positional argument of a parent command,
+// with cobra's suggestions.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set lazily by cobra itself
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return errors.New(msg)
 }

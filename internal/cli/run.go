@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -195,17 +194,7 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if res != nil && res.Steps > 0 {
 		fmt.Fprintf(opts.IO.ErrOut, "reward: step %d %.3f -> step %d %.3f\n", res.First.Step, res.First.Round.Reward, res.Last.Step, res.Last.Round.Reward)
 	}
-	if errors.Is(err, train.ErrRunDirInUse) {
-		return &UsageError{Err: err}
-	}
-	if errors.Is(err, train.ErrInterrupted) {
-		return &InterruptedError{What: err.Error()}
-	}
 	if err != nil {
-		var fe *config.FieldError
-		if errors.As(err, &fe) {
-			return &UsageError{Err: err}
-		}
 		return err
 	}
 	fmt.Fprintf(opts.IO.Out, "%s\n", res.Checkpoint)
@@ -214,29 +203,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 
 // dryRun checks the model, worker and envs without training.
 func dryRun(ctx context.Context, cfg *config.Config, opts *RunOptions) error {
-	w := opts.IO.Out
-	dir, err := train.PrepareModel(cfg, opts.Getenv, opts.Logger)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "ok  model      %s\n", dir)
-	if _, err := train.LoadChat(dir, cfg.Chat); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "ok  tokenizer  and chat template\n")
-	envList, err := train.ConnectEnvs(ctx, cfg.Envs, opts.Getenv, opts.Logger)
-	if err != nil {
-		return err
-	}
-	defer train.CloseEnvs(envList)
-	for _, e := range envList {
-		fmt.Fprintf(w, "ok  env        %s (%s split %s, %d tasks)\n", e.Name, e.URL, e.Config.Split, len(e.Indices))
-	}
-	if err := train.CheckWorker(ctx, cfg, dir, opts.Getenv); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "ok  worker     loaded the model on %s\n", cfg.Worker.Device)
-	return nil
+	return train.Check(ctx, cfg, opts.Getenv, opts.Logger, func(part, detail string) {
+		fmt.Fprintf(opts.IO.Out, "ok  %-10s %s\n", part, detail)
+	})
 }
 
 // logResolved logs the settings that shape the run, once, at start.
