@@ -1,19 +1,65 @@
-// Package archtest enforces the architecture of design.md mechanically: the
-// import arrows, who may import the CLI, and that only internal/worker uses cgo.
+// Package archtest enforces the architecture of docs/design.md mechanically:
+// an allow-list of the module's imports per package (a new arrow is a
+// deliberate edit of that list and of the design), that only internal/worker
+// uses cgo, and that the package tables of the README and docs/design.md
+// name exactly the packages of the tree.
 package archtest
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const mod = "github.com/ortrain/ortrain/"
+
+// allowed lists, per package, every package of this module it may import.
+// Arrows point one way: cli → train → {rollout, grpo, engine, worker} →
+// {envtarget, chat, vllm} → {ors, envs} → leaves.
+var allowed = map[string][]string{
+	"cmd/ortrain":         {"internal/cli"},
+	"configs":             {},
+	"internal/archtest":   {},
+	"internal/backoff":    {},
+	"internal/chat":       {"internal/chat/jinja"},
+	"internal/chat/jinja": {},
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/envs",
+		"internal/envtarget", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
+		"internal/train", "internal/vllm", "internal/worker"},
+	"internal/config":        {"internal/grpo"},
+	"internal/engine":        {"internal/backoff", "internal/config", "internal/vllm", "internal/worker"},
+	"internal/envs":          {"internal/ors", "internal/ors/orsserver"},
+	"internal/envtarget":     {"internal/envs", "internal/ors", "internal/ors/orsserver"},
+	"internal/grpo":          {},
+	"internal/model":         {},
+	"internal/ors":           {"internal/backoff"},
+	"internal/ors/orsserver": {"internal/ors"},
+	"internal/rollout":       {"internal/chat", "internal/engine", "internal/envtarget"},
+	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
+		"internal/model", "internal/rollout", "internal/worker"},
+	"internal/vllm":               {"internal/backoff"},
+	"internal/worker":             {"internal/grpo", "internal/model"},
+	"internal/worker/benchworker": {"internal/grpo", "internal/worker"},
+}
+
+// forbiddenStd lists standard-library imports some packages must not have.
+var forbiddenStd = map[string]map[string]string{
+	"internal/chat":   {"net/http": "chat must not call the network", "net": "chat must not call the network"},
+	"internal/config": {"net/http": "config does no I/O beyond reading the file"},
+	"internal/grpo":   {"net/http": "grpo is pure math over trajectories"},
+}
 
 type pkg struct {
 	ImportPath string
@@ -21,9 +67,15 @@ type pkg struct {
 	CgoFiles   []string
 }
 
-func listPackages(t *testing.T) map[string]pkg {
+// listPackages runs go list over the module; overlay (may be "") is passed
+// as -overlay so tests can add files without touching the tree.
+func listPackages(t *testing.T, overlay string) map[string]pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", mod+"...")
+	args := []string{"list", "-json"}
+	if overlay != "" {
+		args = append(args, "-overlay", overlay)
+	}
+	cmd := exec.Command("go", append(args, mod+"...")...)
 	cmd.Dir = "../.."
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -42,65 +94,123 @@ func listPackages(t *testing.T) map[string]pkg {
 	return pkgs
 }
 
-// forbidden lists, per package prefix, imports it must not have and why.
-var forbidden = []struct {
-	from, to, why string
-}{
-	{"internal/ors", "internal/train", "the ORS client must not know about training"},
-	{"internal/ors", "internal/rollout", "the ORS client must not know about rollouts"},
-	{"internal/ors", "internal/grpo", "the ORS client must not know about training"},
-	{"internal/ors", "internal/worker", "the ORS client must not know about training"},
-	{"internal/ors", "internal/engine", "the ORS client must not know about generation"},
-	{"internal/envs", "internal/train", "built-in envs must not import the trainer"},
-	{"internal/envs", "internal/rollout", "built-in envs must not import the trainer"},
-	{"internal/chat", "net/http", "chat must not call the network"},
-	{"internal/chat", "internal/ors", "chat is below ors in the arrows"},
-	{"internal/grpo", "internal/worker", "grpo must not call cgo"},
-	{"internal/grpo", "internal/rollout", "grpo computes advantages from trajectories it is given"},
-	{"internal/rollout", "internal/grpo", "rollout must not compute advantages"},
-	{"internal/rollout", "internal/worker", "rollout generates only through engine.Generator"},
-	{"internal/rollout", "internal/train", "arrows point down: train uses rollout"},
-	{"internal/engine", "internal/grpo", "the engine must not compute losses"},
-	{"internal/engine", "internal/train", "arrows point down: train uses engine"},
-	{"internal/vllm", "internal/train", "vllm must not import the trainer"},
-	{"internal/vllm", "internal/rollout", "vllm must not import the trainer"},
-	{"internal/config", "net/http", "config does no I/O beyond reading the file"},
-	{"internal/model", "internal/worker", "model directories are read in pure Go"},
-}
-
-func TestImportArrows(t *testing.T) {
-	pkgs := listPackages(t)
-	require.NotEmpty(t, pkgs)
+// violations checks every package's imports against the allow-list.
+func violations(pkgs map[string]pkg) []string {
+	var out []string
 	for name, p := range pkgs {
+		allow, known := allowed[name]
+		if !known {
+			out = append(out, fmt.Sprintf("%s is not in the allow-list: add it (and its row in docs/design.md and the README)", name))
+			continue
+		}
 		for _, imp := range p.Imports {
-			target := strings.TrimPrefix(imp, mod)
-			if target == "internal/cli" && name != "cmd/ortrain" {
-				t.Errorf("%s imports internal/cli: only cmd/ortrain may", name)
-			}
-			for _, f := range forbidden {
-				if (name == f.from || strings.HasPrefix(name, f.from+"/")) &&
-					(target == f.to || strings.HasPrefix(target, f.to+"/")) {
-					t.Errorf("%s imports %s: %s", name, target, f.why)
+			if target, ours := strings.CutPrefix(imp, mod); ours {
+				if !slices.Contains(allow, target) {
+					out = append(out, fmt.Sprintf("%s imports %s, which its allow-list does not name", name, target))
 				}
+				continue
+			}
+			if why, bad := forbiddenStd[name][imp]; bad {
+				out = append(out, fmt.Sprintf("%s imports %s: %s", name, imp, why))
 			}
 		}
 	}
+	sort.Strings(out)
+	return out
+}
+
+func TestImportsFollowTheAllowList(t *testing.T) {
+	pkgs := listPackages(t, "")
+	require.NotEmpty(t, pkgs)
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+	for name := range allowed {
+		assert.Contains(t, pkgs, name, "the allow-list names %s, which is not in the tree: remove it", name)
+	}
+}
+
+// The check itself catches a new arrow: files added (through a go list
+// overlay, the tree is untouched) that make internal/backoff import the
+// worker and internal/grpo import net/http.
+func TestAllowListCatchesForbiddenImports(t *testing.T) {
+	dir := t.TempDir()
+	overlay := map[string]map[string]string{"Replace": {}}
+	for i, add := range []struct{ pkg, imp string }{{"backoff", mod + "internal/worker"}, {"grpo", "net/http"}} {
+		src := filepath.Join(dir, fmt.Sprintf("forbidden%d.go", i))
+		require.NoError(t, os.WriteFile(src, fmt.Appendf(nil, "package %s\n\nimport _ %q\n", add.pkg, add.imp), 0o644))
+		abs, err := filepath.Abs(fmt.Sprintf("../%s/zz_forbidden.go", add.pkg))
+		require.NoError(t, err)
+		overlay["Replace"][abs] = src
+	}
+	ob, err := json.Marshal(overlay)
+	require.NoError(t, err)
+	path := filepath.Join(dir, "overlay.json")
+	require.NoError(t, os.WriteFile(path, ob, 0o644))
+
+	got := violations(listPackages(t, path))
+	assert.Contains(t, got, "internal/backoff imports internal/worker, which its allow-list does not name")
+	assert.Contains(t, got, "internal/grpo imports net/http: grpo is pure math over trajectories")
+	assert.Len(t, got, 2, "only the two added imports are violations: %v", got)
 }
 
 func TestOnlyWorkerUsesCgo(t *testing.T) {
-	for name, p := range listPackages(t) {
+	for name, p := range listPackages(t, "") {
 		if len(p.CgoFiles) > 0 && name != "internal/worker" {
 			t.Errorf("%s has cgo files %v: only internal/worker may use cgo", name, p.CgoFiles)
 		}
 	}
 }
 
-func TestMainHoldsNoLogic(t *testing.T) {
-	p, ok := listPackages(t)["cmd/ortrain"]
-	require.True(t, ok)
-	for _, imp := range p.Imports {
-		if strings.HasPrefix(imp, mod) && imp != mod+"internal/cli" {
-			t.Errorf("cmd/ortrain imports %s: main only builds the root command", imp)
+func TestNothingImportsCLI(t *testing.T) {
+	for name, allow := range allowed {
+		if name != "cmd/ortrain" {
+			assert.NotContains(t, allow, "internal/cli", "%s: only cmd/ortrain may import internal/cli", name)
 		}
+	}
+}
+
+func TestMainHoldsNoLogic(t *testing.T) {
+	assert.Equal(t, []string{"internal/cli"}, allowed["cmd/ortrain"], "main only builds the root command")
+}
+
+// tableRow matches the first cell of a package-table row: | `internal/x` |.
+var tableRow = regexp.MustCompile("(?m)^\\| `((?:cmd|internal)/[a-z0-9_/]+|configs)/?` \\|")
+
+// documentedPackages returns the packages named in the first column of the
+// package table under heading in a markdown file.
+func documentedPackages(t *testing.T, path, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	text := string(b)
+	i := strings.Index(text, heading)
+	require.GreaterOrEqual(t, i, 0, "%s has no %q section", path, heading)
+	text = text[i:]
+	if j := strings.Index(text[len(heading):], "\n## "); j >= 0 {
+		text = text[:len(heading)+j]
+	}
+	var out []string
+	for _, m := range tableRow.FindAllStringSubmatch(text, -1) {
+		out = append(out, m[1])
+	}
+	sort.Strings(out)
+	return out
+}
+
+// The maps people read name exactly the packages of the tree.
+func TestDocsNameEveryPackage(t *testing.T) {
+	var tree []string
+	for name := range listPackages(t, "") {
+		tree = append(tree, name)
+	}
+	// csrc is the worker's C++ source: a directory, not a Go package.
+	tree = append(tree, "internal/worker/csrc")
+	sort.Strings(tree)
+	for _, doc := range []struct{ path, heading string }{
+		{"../../README.md", "## Architecture"},
+		{"../../docs/design.md", "## Packages"},
+	} {
+		assert.Equal(t, tree, documentedPackages(t, doc.path, doc.heading), "%s: the package table must match go list", doc.path)
 	}
 }
