@@ -105,7 +105,7 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	return res, nil
 }
 
-func summarize(trajs []*rollout.Trajectory, envList []*Env, agg grpo.RewardAggregation, eo EvalOptions) *EvalResult {
+func summarize(trajs []*rollout.Trajectory, envList []*runEnv, agg grpo.RewardAggregation, eo EvalOptions) *EvalResult {
 	n := eo.NumGenerations
 	res := &EvalResult{Rollouts: len(trajs), PassAtK: map[string]float64{}}
 	for k := 1; k <= n; k *= 2 {
@@ -172,7 +172,7 @@ func passAtK(n, c, k int) float64 {
 }
 
 func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, agg grpo.RewardAggregation) error {
-	w, err := OpenJSONL(path)
+	w, err := openJSONL(path)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, agg grpo.Re
 		if t.Outcome.Failed() {
 			r = math.NaN()
 		}
-		if err := w.Write(NewTrajectoryRecord(0, t, r, 0)); err != nil {
+		if err := w.Write(newTrajectoryRecord(0, t, r, 0)); err != nil {
 			return err
 		}
 	}

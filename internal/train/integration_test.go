@@ -102,7 +102,7 @@ func TestQuickstartRunAndResume(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 4*32, countLines(t, filepath.Join(out, "trajectories.jsonl")))
-	var man Manifest
+	var man manifest
 	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &man))
 	assert.Len(t, man.ModelHash, 64)
 	assert.Equal(t, "letters", man.Envs[0].Name)

@@ -19,17 +19,17 @@ import (
 
 // Policy is the trainer's view of the worker: log-probs, gradient
 // accumulation, optimizer steps, checkpoints. Tests use pure-Go fakes.
-type Policy interface {
+type trainPolicy interface {
 	Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error)
-	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error)
+	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error)
 	OptimizerStep(ctx context.Context, lr float64) (gradNorm float64, err error)
 	// SaveCheckpoint writes weights and optimizer state into dir.
-	SaveCheckpoint(ctx context.Context, dir string) error
+	writeCheckpoint(ctx context.Context, dir string) error
 }
 
 // LossStats are the sums and counts of one micro-batch, so reductions over
 // micro-batches are exact.
-type LossStats struct {
+type lossStats struct {
 	Loss           float64
 	Tokens         float64 // active (loss-mask) tokens
 	ClipLow        float64 // token counts (sequence level: rows)
@@ -44,18 +44,18 @@ type LossStats struct {
 }
 
 // Rollouts runs episodes (rollout.Runner).
-type Rollouts interface {
+type rolloutRunner interface {
 	RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory
 }
 
 // WeightSyncer makes generation use the newest weights (engine.Generator).
-type WeightSyncer interface {
+type weightSyncer interface {
 	SyncWeights(ctx context.Context, step int) error
 }
 
 // LoopConfig is what the loop needs beyond its collaborators.
-type LoopConfig struct {
-	Shape           Shape
+type stepLoopConfig struct {
+	Shape           roundShape
 	Loss            grpo.LossConfig
 	Scale           grpo.ScaleRewards
 	Aggregation     grpo.RewardAggregation
@@ -74,25 +74,25 @@ type LoopConfig struct {
 }
 
 // Shape is the batch relations of grpo-reference.md §1.1 for P = 1.
-type Shape struct {
+type roundShape struct {
 	K, G, B, S, GA, Iterations int
 }
 
 // needOldLogprobs: the ratio differs from 1 only when a micro-step runs
 // after the weights changed within the round, or when the sampler is
 // another engine whose log-probs are corrected (grpo-reference.md §1.3).
-func (s Shape) needOldLogprobs(useSampler bool) bool {
+func (s roundShape) needOldLogprobs(useSampler bool) bool {
 	return s.GA%(s.S*s.Iterations) != 0 || useSampler
 }
 
 // Loop is the training loop: it owns the step counter and wires sampler,
 // rollouts, grpo, the policy and the generator together.
-type Loop struct {
-	cfg      LoopConfig
-	sampler  *TaskSampler
-	rollouts Rollouts
-	policy   Policy
-	gen      WeightSyncer
+type stepLoop struct {
+	cfg      stepLoopConfig
+	sampler  *taskSampler
+	rollouts rolloutRunner
+	policy   trainPolicy
+	gen      weightSyncer
 	log      zerolog.Logger
 
 	step      int // optimizer steps taken
@@ -108,31 +108,31 @@ type Loop struct {
 }
 
 // NewLoop wires the loop.
-func NewLoop(cfg LoopConfig, sampler *TaskSampler, r Rollouts, p Policy, g WeightSyncer, log zerolog.Logger) *Loop {
-	return &Loop{
+func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p trainPolicy, g weightSyncer, log zerolog.Logger) *stepLoop {
+	return &stepLoop{
 		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
 	}
 }
 
 // Step returns the number of optimizer steps taken.
-func (l *Loop) Step() int { return l.step }
+func (l *stepLoop) Step() int { return l.step }
 
 // State is what a checkpoint needs to resume the loop exactly.
 type State struct {
 	Step      int          `json:"step"`
 	MicroStep int          `json:"micro_step"`
 	NumTokens int          `json:"num_tokens"`
-	Sampler   SamplerState `json:"sampler"`
+	Sampler   samplerState `json:"sampler"`
 }
 
 // State returns the loop's resumable state. A checkpoint is taken at an
 // optimizer-step boundary; a partly consumed round is regenerated on resume.
-func (l *Loop) State() State {
+func (l *stepLoop) State() State {
 	return State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
 }
 
 // Restore resumes from a checkpoint's state.
-func (l *Loop) Restore(st State) error {
+func (l *stepLoop) Restore(st State) error {
 	if err := l.sampler.Restore(st.Sampler); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ var ErrTooManyFailures = errors.New("too many failed rollouts")
 
 // Run trains until MaxSteps or ctx is cancelled. On cancellation it returns
 // ctx's error after the last completed step; the caller checkpoints.
-func (l *Loop) Run(ctx context.Context) error {
+func (l *stepLoop) Run(ctx context.Context) error {
 	for l.step < l.cfg.MaxSteps {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -170,10 +170,10 @@ func (l *Loop) Run(ctx context.Context) error {
 // TrainStep is one optimizer step: GA micro-steps, each on the next
 // micro-batch of the current round (a new round is generated when the
 // previous one has been consumed mu times), then the optimizer and a weight sync.
-func (l *Loop) TrainStep(ctx context.Context) (StepMetrics, error) {
+func (l *stepLoop) TrainStep(ctx context.Context) (StepMetrics, error) {
 	start := time.Now()
 	m := StepMetrics{Extra: map[string]float64{}}
-	var stats []LossStats
+	var stats []lossStats
 	for range l.cfg.Shape.GA {
 		if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
 			if err := l.generateRound(ctx, &m); err != nil {
@@ -182,7 +182,7 @@ func (l *Loop) TrainStep(ctx context.Context) (StepMetrics, error) {
 		}
 		mb := l.round[l.microStep%l.cfg.Shape.S]
 		t0 := time.Now()
-		st, err := l.withTimeout(ctx, func(c context.Context) (LossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
+		st, err := l.withTimeout(ctx, func(c context.Context) (lossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
 		m.TrainTime += time.Since(t0)
 		if err != nil {
 			return m, fmt.Errorf("step %d micro-step %d: forward/backward: %w", l.step+1, l.microStep, err)
@@ -210,7 +210,7 @@ func (l *Loop) TrainStep(ctx context.Context) (StepMetrics, error) {
 	return m, nil
 }
 
-func (l *Loop) withTimeout(ctx context.Context, f func(context.Context) (LossStats, error)) (LossStats, error) {
+func (l *stepLoop) withTimeout(ctx context.Context, f func(context.Context) (lossStats, error)) (lossStats, error) {
 	if l.cfg.TrainTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.TrainTimeout)
@@ -220,7 +220,7 @@ func (l *Loop) withTimeout(ctx context.Context, f func(context.Context) (LossSta
 }
 
 // generateRound runs K*G rollouts, scores them, and prepares S micro-batches.
-func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
+func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
 	refs := l.sampler.Next()
 	tasks := make([]rollout.Task, len(refs))
 	round := int64(l.sampler.State().Round)
@@ -276,7 +276,7 @@ func (l *Loop) generateRound(ctx context.Context, m *StepMetrics) error {
 
 // addReferenceLogprobs fills old log-probs when the ratio can differ from 1,
 // and reference log-probs when beta > 0.
-func (l *Loop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m *StepMetrics) error {
+func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m *StepMetrics) error {
 	t0 := time.Now()
 	defer func() { m.TrainTime += time.Since(t0) }()
 	if l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) {
@@ -311,7 +311,7 @@ func (l *Loop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m *Ste
 
 // toSamples turns trajectories into grpo samples: rewards aggregated per
 // rollout, failed rollouts unscorable (NaN).
-func (l *Loop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grpo.Sample, int) {
+func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grpo.Sample, int) {
 	samples := make([]grpo.Sample, len(trajs))
 	failures := 0
 	m.Outcomes = map[string]int{}

@@ -69,14 +69,14 @@ func (p *recordingPolicy) Logprobs(ctx context.Context, rows []grpo.Row, tempera
 	return out, nil
 }
 
-func (p *recordingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error) {
+func (p *recordingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error) {
 	ids := make([]int32, len(mb.Rows))
 	for i, r := range mb.Rows {
 		ids[i] = r.Tokens[0]
 	}
 	p.microBatches = append(p.microBatches, ids)
 	p.oldLogps = append(p.oldLogps, mb.Rows[0].OldLogprobs != nil)
-	return LossStats{Loss: 0.5, Tokens: float64(grpo.ActiveTokens(mb.Rows))}, nil
+	return lossStats{Loss: 0.5, Tokens: float64(grpo.ActiveTokens(mb.Rows))}, nil
 }
 
 func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
@@ -84,23 +84,23 @@ func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float6
 	return 1, nil
 }
 
-func (p *recordingPolicy) SaveCheckpoint(ctx context.Context, dir string) error { return nil }
+func (p *recordingPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
 
 type noSync struct{ calls int }
 
 func (n *noSync) SyncWeights(ctx context.Context, step int) error { n.calls++; return nil }
 
-func newTestLoop(t *testing.T, shape Shape, steps int, ro Rollouts) (*Loop, *recordingPolicy, *noSync) {
+func newTestLoop(t *testing.T, shape roundShape, steps int, ro rolloutRunner) (*stepLoop, *recordingPolicy, *noSync) {
 	t.Helper()
-	s, err := NewTaskSampler([]EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
 	require.NoError(t, err)
 	p, g := &recordingPolicy{}, &noSync{}
-	cfg := LoopConfig{
+	cfg := stepLoopConfig{
 		Shape: shape, Loss: grpo.DefaultLossConfig(), Scale: grpo.ScaleGroup, Aggregation: grpo.RewardLast,
 		MaxSteps: steps, Schedule: func(int) float64 { return 1e-3 }, LoggingSteps: 1, MaxFailureFrac: 0.5,
 		EnvNames: []string{"letters"}, Splits: []string{"train"}, Secrets: []map[string]string{nil},
 	}
-	return NewLoop(cfg, s, ro, p, g, zerolog.Nop()), p, g
+	return newStepLoop(cfg, s, ro, p, g, zerolog.Nop()), p, g
 }
 
 // roundOf decodes the round number from a row's first token.
@@ -111,16 +111,16 @@ func roundOf(id int32) int { return int(id) / 1000 }
 func TestBatchRelations(t *testing.T) {
 	tests := []struct {
 		name  string
-		shape Shape
+		shape roundShape
 		steps int
 		// wantRounds[i] is the round each micro-step's rows come from.
 		wantRounds []int
 		wantOld    bool
 	}{
-		{"defaults: one round per step, one micro-batch", Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 3, []int{0, 1, 2}, false},
-		{"GA=2, S=2: one round split over the step's two micro-steps", Shape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 1}, 2, []int{0, 0, 1, 1}, false},
-		{"num_iterations=2: each round feeds two optimizer steps", Shape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
-		{"steps_per_generation=4 > GA=2: a round spans two steps", Shape{K: 4, G: 4, B: 4, S: 4, GA: 2, Iterations: 1}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
+		{"defaults: one round per step, one micro-batch", roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 3, []int{0, 1, 2}, false},
+		{"GA=2, S=2: one round split over the step's two micro-steps", roundShape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 1}, 2, []int{0, 0, 1, 1}, false},
+		{"num_iterations=2: each round feeds two optimizer steps", roundShape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
+		{"steps_per_generation=4 > GA=2: a round spans two steps", roundShape{K: 4, G: 4, B: 4, S: 4, GA: 2, Iterations: 1}, 4, []int{0, 0, 0, 0, 1, 1, 1, 1}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestBatchRelations(t *testing.T) {
 }
 
 func TestFailedRolloutsAreMaskedAndCounted(t *testing.T) {
-	shape := Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
+	shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
 	loop, p, _ := newTestLoop(t, shape, 1, &roundRollouts{fail: map[int]bool{1: true, 2: true}})
 	var got StepMetrics
 	loop.OnMetrics = func(m StepMetrics) { got = m }
@@ -176,7 +176,7 @@ func TestFailedRolloutsAreMaskedAndCounted(t *testing.T) {
 }
 
 func TestLoopStopsOnCancel(t *testing.T) {
-	loop, p, _ := newTestLoop(t, Shape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 100, &roundRollouts{})
+	loop, p, _ := newTestLoop(t, roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}, 100, &roundRollouts{})
 	ctx, cancel := context.WithCancel(context.Background())
 	loop.OnMetrics = func(m StepMetrics) {
 		if m.Step == 2 {

@@ -40,7 +40,7 @@ type StepMetrics struct {
 // reduceLoss combines the micro-batch sums into the step's loss metrics:
 // the loss is the sum of micro-batch losses (each already normalised as the
 // loss type prescribes); entropy, KL and clip fractions are global masked means.
-func (m *StepMetrics) reduceLoss(stats []LossStats, cfg grpo.LossConfig) {
+func (m *StepMetrics) reduceLoss(stats []lossStats, cfg grpo.LossConfig) {
 	var tokens, ent, kl, low, high, region, denom float64
 	m.ClipLowMin, m.ClipHighMax = math.Inf(1), math.Inf(-1)
 	for _, s := range stats {

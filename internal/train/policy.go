@@ -28,10 +28,10 @@ func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperatur
 	return lp, err
 }
 
-func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (LossStats, error) {
+func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error) {
 	s, err := p.m.ForwardBackward(ctx, mb, cfg)
 	if err != nil {
-		return LossStats{}, err
+		return lossStats{}, err
 	}
 	rows := 0
 	for _, r := range mb.Rows {
@@ -43,7 +43,7 @@ func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, 
 	if cfg.Type == grpo.LossCISPO {
 		clipHigh = s.CISPOClip
 	}
-	return LossStats{
+	return lossStats{
 		Loss: s.Loss, Tokens: s.ActiveTokens,
 		ClipLow: s.ClipLow, ClipHigh: clipHigh, ClipRegion: s.ClipRegion, ClipDenom: s.ClipDenom,
 		ClipLowMin: s.ClipLowMin, ClipHighMax: s.ClipHighMax,
@@ -58,7 +58,7 @@ func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, 
 
 // SaveCheckpoint writes the weights (or the LoRA adapter) and the optimizer
 // state into dir.
-func (p *workerPolicy) SaveCheckpoint(ctx context.Context, dir string) error {
+func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string) error {
 	if p.lora {
 		if err := p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
 			return fmt.Errorf("save adapter: %w", err)

@@ -129,13 +129,13 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 
 // newRunLoop builds the task sampler and the loop over the stack, restored
 // from the checkpoint when resuming.
-func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger) (*Loop, error) {
+func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger) (*stepLoop, error) {
 	shape := plan.shape
-	etasks := make([]EnvTasks, len(st.envs))
+	etasks := make([]envTasks, len(st.envs))
 	for i, e := range st.envs {
-		etasks[i] = EnvTasks{Indices: e.Indices, Weight: e.Config.Weight}
+		etasks[i] = envTasks{Indices: e.Indices, Weight: e.Config.Weight}
 	}
-	sampler, err := NewTaskSampler(etasks, shape.PromptsPerRound(), shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
+	sampler, err := newTaskSampler(etasks, shape.PromptsPerRound(), shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	loop := NewLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
+	loop := newStepLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
 	if plan.resumeDir == "" {
 		return loop, nil
 	}
@@ -160,7 +160,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 
 // finishRun writes the final checkpoint of a finished or interrupted run
 // with a fresh, bounded context (the run's context may be cancelled).
-func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *Loop, p Policy, res *Result, runErr error) (*Result, error) {
+func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *stepLoop, p trainPolicy, res *Result, runErr error) (*Result, error) {
 	res.Steps = loop.Step()
 	if runErr != nil && ctx.Err() == nil {
 		return res, runErr
@@ -247,7 +247,7 @@ func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logg
 }
 
 // newRunner builds the rollout runner over the connected envs.
-func newRunner(cfg *config.Config, envList []*Env, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (*rollout.Runner, error) {
+func newRunner(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (*rollout.Runner, error) {
 	openers := make([]rollout.Opener, len(envList))
 	for i, e := range envList {
 		openers[i] = e.Conn
@@ -272,22 +272,22 @@ func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
 }
 
 // loopConfig derives the step budget and LR schedule.
-func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*Env, s *TaskSampler) (LoopConfig, error) {
+func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*runEnv, s *taskSampler) (stepLoopConfig, error) {
 	g := cfg.GRPO
 	scale, err := grpo.ParseScaleRewards(g.ScaleRewards)
 	if err != nil {
-		return LoopConfig{}, err
+		return stepLoopConfig{}, err
 	}
 	agg, err := grpo.ParseRewardAggregation(g.RewardAggregation)
 	if err != nil {
-		return LoopConfig{}, err
+		return stepLoopConfig{}, err
 	}
 	maxSteps := g.MaxSteps
 	if maxSteps == 0 {
 		rounds := float64(s.RoundsPerEpoch()) * g.NumTrainEpochs
 		maxSteps = int(math.Floor(rounds * float64(shape.S*shape.Iterations) / float64(shape.GA)))
 		if maxSteps < 1 {
-			return LoopConfig{}, &config.FieldError{Field: "grpo.num_train_epochs", Value: g.NumTrainEpochs,
+			return stepLoopConfig{}, &config.FieldError{Field: "grpo.num_train_epochs", Value: g.NumTrainEpochs,
 				Allowed: fmt.Sprintf("enough epochs for one optimizer step (the envs have %d tasks, a round takes %d), or set max_steps", s.RoundsPerEpoch()*shape.PromptsPerRound(), shape.PromptsPerRound())}
 		}
 	}
@@ -297,10 +297,10 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 	}
 	sched := worker.LRSchedule{Kind: g.LRSchedulerType, Peak: g.LearningRate, WarmupSteps: warmup, TotalSteps: maxSteps}
 	if err := sched.Validate(); err != nil {
-		return LoopConfig{}, err
+		return stepLoopConfig{}, err
 	}
-	lc := LoopConfig{
-		Shape: Shape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
+	lc := stepLoopConfig{
+		Shape: roundShape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
 		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
 		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, TrainTimeout: cfg.Engine.GenerateTimeout, Seed: cfg.Seed,
@@ -358,13 +358,13 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 	return lib, p, nil
 }
 
-func saveCheckpoint(ctx context.Context, dir string, loop *Loop, p Policy) (string, error) {
-	return SaveCheckpoint(dir, loop.Step(), loop.State(), func(tmp string) error { return p.SaveCheckpoint(ctx, tmp) })
+func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPolicy) (string, error) {
+	return writeCheckpoint(dir, loop.Step(), loop.State(), func(tmp string) error { return p.writeCheckpoint(ctx, tmp) })
 }
 
 // runDir holds the run directory's open files.
 type runDir struct {
-	metrics, trajectories *JSONLWriter
+	metrics, trajectories *jsonlWriter
 }
 
 func (r *runDir) close() {
@@ -376,12 +376,12 @@ func (r *runDir) close() {
 
 // openRunDir writes config.yaml and manifest.json and opens the JSONL logs
 // (appending, so a resumed run continues them).
-func openRunDir(cfg *config.Config, modelDir string, envList []*Env, ro RunOptions, lib *worker.Library) (*runDir, error) {
+func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOptions, lib *worker.Library) (*runDir, error) {
 	y, err := cfg.YAML()
 	if err != nil {
 		return nil, fmt.Errorf("render config: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(cfg.OutputDir, "config.yaml"), y); err != nil {
+	if err := writeFileAtomic(filepath.Join(cfg.OutputDir, "config.yaml"), y); err != nil {
 		return nil, err
 	}
 	hash, err := model.Hash(modelDir)
@@ -389,22 +389,22 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*Env, ro RunOptio
 		return nil, fmt.Errorf("hash model %s: %w", modelDir, err)
 	}
 	info := lib.Info()
-	man := Manifest{
+	man := manifest{
 		OrtrainVersion: ro.Version, LibtorchVersion: info.LibtorchVersion, WorkerVersion: fmt.Sprint(info.ABIVersion),
 		Model: modelDir, ModelHash: hash, Seed: cfg.Seed, StartedAt: time.Now().UTC().Format(time.RFC3339),
 	}
 	for _, e := range envList {
-		man.Envs = append(man.Envs, ManifestEnv{Target: e.Config.Target, Name: e.Name, Split: e.Config.Split, Indices: e.Indices})
+		man.Envs = append(man.Envs, manifestEnv{Target: e.Config.Target, Name: e.Name, Split: e.Config.Split, Indices: e.Indices})
 	}
-	if err := WriteJSONAtomic(filepath.Join(cfg.OutputDir, "manifest.json"), man); err != nil {
+	if err := writeJSONAtomic(filepath.Join(cfg.OutputDir, "manifest.json"), man); err != nil {
 		return nil, err
 	}
 	rd := &runDir{}
-	if rd.metrics, err = OpenJSONL(filepath.Join(cfg.OutputDir, "metrics.jsonl")); err != nil {
+	if rd.metrics, err = openJSONL(filepath.Join(cfg.OutputDir, "metrics.jsonl")); err != nil {
 		return nil, err
 	}
 	if cfg.Logging.LogCompletions {
-		if rd.trajectories, err = OpenJSONL(filepath.Join(cfg.OutputDir, "trajectories.jsonl")); err != nil {
+		if rd.trajectories, err = openJSONL(filepath.Join(cfg.OutputDir, "trajectories.jsonl")); err != nil {
 			rd.metrics.Close()
 			return nil, err
 		}
@@ -413,7 +413,7 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*Env, ro RunOptio
 }
 
 // wireHooks connects the loop to the run directory and the caller.
-func wireHooks(loop *Loop, rd *runDir, res *Result, p Policy, cfg *config.Config, ro RunOptions) {
+func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *config.Config, ro RunOptions) {
 	loop.OnRolloutDone = ro.OnRollout
 	loop.OnMetrics = func(m StepMetrics) {
 		if res.First.Step == 0 {
@@ -429,7 +429,7 @@ func wireHooks(loop *Loop, rd *runDir, res *Result, p Policy, cfg *config.Config
 	}
 	if rd.trajectories != nil {
 		loop.OnTrajectory = func(step int, t *rollout.Trajectory, reward, adv float64) {
-			if err := rd.trajectories.Write(NewTrajectoryRecord(step, t, reward, adv)); err != nil {
+			if err := rd.trajectories.Write(newTrajectoryRecord(step, t, reward, adv)); err != nil {
 				ro.Logger.Error().Err(err).Msg("write trajectories.jsonl")
 			}
 		}

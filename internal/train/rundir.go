@@ -22,20 +22,20 @@ import (
 //	checkpoints/step-N/ complete checkpoints (DONE marker written last)
 
 // Manifest records what a run was made of, for reproducibility.
-type Manifest struct {
+type manifest struct {
 	OrtrainVersion  string          `json:"ortrain_version"`
 	WorkerVersion   string          `json:"worker_version,omitempty"`
 	LibtorchVersion string          `json:"libtorch_version,omitempty"`
 	Model           string          `json:"model"`
 	ModelHash       string          `json:"model_hash"`
 	Seed            int64           `json:"seed"`
-	Envs            []ManifestEnv   `json:"envs"`
+	Envs            []manifestEnv   `json:"envs"`
 	StartedAt       string          `json:"started_at"`
 	Extra           json.RawMessage `json:"extra,omitempty"`
 }
 
 // ManifestEnv is one env of the run with the task indices it draws from.
-type ManifestEnv struct {
+type manifestEnv struct {
 	Target  string `json:"target"`
 	Name    string `json:"name"`
 	Split   string `json:"split"`
@@ -43,17 +43,17 @@ type ManifestEnv struct {
 }
 
 // WriteJSONAtomic writes v as indented JSON through a temp file and rename.
-func WriteJSONAtomic(path string, v any) error {
+func writeJSONAtomic(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
 	}
-	return WriteFileAtomic(path, append(b, '\n'))
+	return writeFileAtomic(path, append(b, '\n'))
 }
 
 // WriteFileAtomic writes data so readers see the old file or the new one,
 // never a partial one.
-func WriteFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -78,23 +78,23 @@ func WriteFileAtomic(path string, data []byte) error {
 
 // JSONLWriter appends one JSON object per line and flushes each line, so an
 // interrupted run loses nothing it has logged. Safe for concurrent use.
-type JSONLWriter struct {
+type jsonlWriter struct {
 	mu sync.Mutex
 	f  *os.File
 	w  *bufio.Writer
 }
 
 // OpenJSONL opens path for appending (resume continues the same file).
-func OpenJSONL(path string) (*JSONLWriter, error) {
+func openJSONL(path string) (*jsonlWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
-	return &JSONLWriter{f: f, w: bufio.NewWriter(f)}, nil
+	return &jsonlWriter{f: f, w: bufio.NewWriter(f)}, nil
 }
 
 // Write appends v as one line.
-func (j *JSONLWriter) Write(v any) error {
+func (j *jsonlWriter) Write(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s line: %w", filepath.Base(j.f.Name()), err)
@@ -108,7 +108,7 @@ func (j *JSONLWriter) Write(v any) error {
 }
 
 // Close flushes and closes the file.
-func (j *JSONLWriter) Close() error {
+func (j *jsonlWriter) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err := j.w.Flush(); err != nil {
@@ -127,7 +127,7 @@ func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 // SaveCheckpoint writes checkpoint step under dir/checkpoints: fill writes
 // the model and optimizer files into a temp directory, then the trainer state
 // and the DONE marker are added and the directory is renamed into place.
-func SaveCheckpoint(dir string, step int, state any, fill func(tmp string) error) (string, error) {
+func writeCheckpoint(dir string, step int, state any, fill func(tmp string) error) (string, error) {
 	root := filepath.Join(dir, "checkpoints")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("create checkpoints dir: %w", err)
@@ -140,7 +140,7 @@ func SaveCheckpoint(dir string, step int, state any, fill func(tmp string) error
 	if err := fill(tmp); err != nil {
 		return "", fmt.Errorf("write checkpoint %d: %w", step, err)
 	}
-	if err := WriteJSONAtomic(filepath.Join(tmp, "trainer_state.json"), state); err != nil {
+	if err := writeJSONAtomic(filepath.Join(tmp, "trainer_state.json"), state); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, doneMarker), []byte(strconv.Itoa(step)+"\n"), 0o644); err != nil {

@@ -19,14 +19,14 @@ func TestCheckpointsAreAtomicAndLatestIsComplete(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoCheckpoint)
 
 	for _, step := range []int{5, 10} {
-		p, err := SaveCheckpoint(dir, step, map[string]int{"step": step}, func(tmp string) error {
+		p, err := writeCheckpoint(dir, step, map[string]int{"step": step}, func(tmp string) error {
 			return os.WriteFile(filepath.Join(tmp, "weights.bin"), []byte{byte(step)}, 0o644)
 		})
 		require.NoError(t, err)
 		assert.FileExists(t, filepath.Join(p, "DONE"))
 	}
 	// A failed save leaves nothing behind and does not become "latest".
-	_, err = SaveCheckpoint(dir, 20, nil, func(tmp string) error { return errors.New("disk full") })
+	_, err = writeCheckpoint(dir, 20, nil, func(tmp string) error { return errors.New("disk full") })
 	require.ErrorContains(t, err, "disk full")
 	// A directory without the marker (a crash mid-publish) is ignored.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "checkpoints", "step-000030"), 0o755))
@@ -45,7 +45,7 @@ func TestCheckpointsAreAtomicAndLatestIsComplete(t *testing.T) {
 
 func TestJSONLWriterConcurrentLines(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "m.jsonl")
-	w, err := OpenJSONL(p)
+	w, err := openJSONL(p)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for i := range 50 {

@@ -6,21 +6,21 @@ import (
 )
 
 // TaskRef names one task: which configured env, and its index in that env's split.
-type TaskRef struct {
+type sampledTask struct {
 	Env   int `json:"env"`
 	Index int `json:"index"`
 }
 
 // EnvTasks is what the sampler knows about one env: its task indices and
 // its mixing weight.
-type EnvTasks struct {
+type envTasks struct {
 	Indices []int
 	Weight  float64
 }
 
 // SamplerState is the sampler's position; it is checkpointed so a resumed
 // run draws exactly the prompts it would have drawn.
-type SamplerState struct {
+type samplerState struct {
 	Round   int   `json:"round"`
 	Cursors []int `json:"cursors"` // next position in each env's current permutation
 	Epochs  []int `json:"epochs"`  // completed passes over each env's tasks
@@ -31,12 +31,12 @@ type SamplerState struct {
 // the seed (a fresh permutation every epoch), a round takes K unique tasks,
 // and each task is repeated G times in a row. With several envs, every slot
 // of a round picks its env by weight (deterministically from seed and round).
-type TaskSampler struct {
-	envs    []EnvTasks
+type taskSampler struct {
+	envs    []envTasks
 	k, g    int
 	seed    seeds
 	shuffle bool
-	state   SamplerState
+	state   samplerState
 	// perms caches each env's permutation for its current epoch.
 	perms []cachedPerm
 }
@@ -47,7 +47,7 @@ type cachedPerm struct {
 }
 
 // NewTaskSampler makes a sampler for k unique tasks per round, each repeated g times.
-func NewTaskSampler(envs []EnvTasks, k, g int, seed int64, shuffle bool) (*TaskSampler, error) {
+func newTaskSampler(envs []envTasks, k, g int, seed int64, shuffle bool) (*taskSampler, error) {
 	if len(envs) == 0 {
 		return nil, fmt.Errorf("task sampler: no envs")
 	}
@@ -64,46 +64,46 @@ func NewTaskSampler(envs []EnvTasks, k, g int, seed int64, shuffle bool) (*TaskS
 	if k < 1 || g < 1 {
 		return nil, fmt.Errorf("task sampler: %d tasks x %d generations per round", k, g)
 	}
-	s := &TaskSampler{envs: envs, k: k, g: g, seed: seeds(seed), shuffle: shuffle}
-	s.state = SamplerState{Cursors: make([]int, len(envs)), Epochs: make([]int, len(envs))}
+	s := &taskSampler{envs: envs, k: k, g: g, seed: seeds(seed), shuffle: shuffle}
+	s.state = samplerState{Cursors: make([]int, len(envs)), Epochs: make([]int, len(envs))}
 	s.perms = make([]cachedPerm, len(envs))
 	return s, nil
 }
 
 // State returns a copy of the sampler's position.
-func (s *TaskSampler) State() SamplerState {
-	return SamplerState{Round: s.state.Round, Cursors: append([]int(nil), s.state.Cursors...), Epochs: append([]int(nil), s.state.Epochs...)}
+func (s *taskSampler) State() samplerState {
+	return samplerState{Round: s.state.Round, Cursors: append([]int(nil), s.state.Cursors...), Epochs: append([]int(nil), s.state.Epochs...)}
 }
 
 // Restore sets the position from a checkpoint.
-func (s *TaskSampler) Restore(st SamplerState) error {
+func (s *taskSampler) Restore(st samplerState) error {
 	if len(st.Cursors) != len(s.envs) || len(st.Epochs) != len(s.envs) {
 		return fmt.Errorf("restore sampler: checkpoint has %d envs, config has %d", len(st.Cursors), len(s.envs))
 	}
-	s.state = SamplerState{Round: st.Round, Cursors: append([]int(nil), st.Cursors...), Epochs: append([]int(nil), st.Epochs...)}
+	s.state = samplerState{Round: st.Round, Cursors: append([]int(nil), st.Cursors...), Epochs: append([]int(nil), st.Epochs...)}
 	return nil
 }
 
 // Epoch is the number of completed passes over the first env's tasks
 // (single-env runs: exactly TRL's epoch).
-func (s *TaskSampler) Epoch() int { return s.state.Epochs[0] }
+func (s *taskSampler) Epoch() int { return s.state.Epochs[0] }
 
 // Next returns the next round: k tasks, each repeated g times, groups contiguous.
-func (s *TaskSampler) Next() []TaskRef {
+func (s *taskSampler) Next() []sampledTask {
 	pick := s.seed.envPick(s.state.Round)
-	out := make([]TaskRef, 0, s.k*s.g)
+	out := make([]sampledTask, 0, s.k*s.g)
 	for range s.k {
 		env := s.chooseEnv(pick)
 		idx := s.take(env)
 		for range s.g {
-			out = append(out, TaskRef{Env: env, Index: idx})
+			out = append(out, sampledTask{Env: env, Index: idx})
 		}
 	}
 	s.state.Round++
 	return out
 }
 
-func (s *TaskSampler) chooseEnv(r *rand.Rand) int {
+func (s *taskSampler) chooseEnv(r *rand.Rand) int {
 	if len(s.envs) == 1 {
 		return 0
 	}
@@ -124,7 +124,7 @@ func (s *TaskSampler) chooseEnv(r *rand.Rand) int {
 // take returns the next task of env from its current permutation. Like
 // RepeatSampler, a single env drops the incomplete tail of a permutation
 // rather than mixing two epochs in one round.
-func (s *TaskSampler) take(env int) int {
+func (s *taskSampler) take(env int) int {
 	e := s.envs[env]
 	n := len(e.Indices)
 	if len(s.envs) == 1 && s.state.Cursors[env]%s.k == 0 && n-s.state.Cursors[env] < s.k {
@@ -140,7 +140,7 @@ func (s *TaskSampler) take(env int) int {
 	return idx
 }
 
-func (s *TaskSampler) permutation(env, epoch int) []int {
+func (s *taskSampler) permutation(env, epoch int) []int {
 	if c := s.perms[env]; c.perm != nil && c.epoch == epoch {
 		return c.perm
 	}
@@ -149,7 +149,7 @@ func (s *TaskSampler) permutation(env, epoch int) []int {
 	return p
 }
 
-func (s *TaskSampler) makePermutation(env, epoch int) []int {
+func (s *taskSampler) makePermutation(env, epoch int) []int {
 	n := len(s.envs[env].Indices)
 	if !s.shuffle {
 		p := make([]int, n)
@@ -164,7 +164,7 @@ func (s *TaskSampler) makePermutation(env, epoch int) []int {
 
 // RoundsPerEpoch is how many whole rounds one pass over the tasks yields
 // (the single-env case; with several envs, the sum of their tasks).
-func (s *TaskSampler) RoundsPerEpoch() int {
+func (s *taskSampler) RoundsPerEpoch() int {
 	total := 0
 	for _, e := range s.envs {
 		total += len(e.Indices)

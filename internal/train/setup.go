@@ -19,8 +19,8 @@ import (
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
-// Env is one configured environment, connected.
-type Env struct {
+// runEnv is one configured environment, connected.
+type runEnv struct {
 	Config config.EnvConfig
 	Name   string // for metrics: the built-in name, the catalog name or the URL
 	Conn   envtarget.Env
@@ -30,9 +30,9 @@ type Env struct {
 
 // connectEnvs resolves every env target (serving builtin ones on loopback)
 // and selects each env's task indices. Close the returned envs.
-func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*Env, error) {
-	var out []*Env
-	fail := func(err error) ([]*Env, error) {
+func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*runEnv, error) {
+	var out []*runEnv
+	fail := func(err error) ([]*runEnv, error) {
 		closeEnvs(out)
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(strin
 		if err != nil {
 			return fail(fmt.Errorf("envs[%d] target %q: %w", i, ec.Target, err))
 		}
-		e := &Env{Config: ec, Name: conn.Name(), Conn: conn}
+		e := &runEnv{Config: ec, Name: conn.Name(), Conn: conn}
 		out = append(out, e)
 		n, err := conn.NumTasks(ctx, ec.Split)
 		if err != nil {
@@ -55,7 +55,7 @@ func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(strin
 }
 
 // closeEnvs releases every env (in-process servers included), each bounded.
-func closeEnvs(es []*Env) {
+func closeEnvs(es []*runEnv) {
 	for _, e := range es {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = e.Conn.Close(ctx)
@@ -69,7 +69,7 @@ func closeEnvs(es []*Env) {
 type stack struct {
 	modelDir string
 	chat     rollout.ChatSpec
-	envs     []*Env
+	envs     []*runEnv
 	lib      *worker.Library
 	policy   *workerPolicy
 	gen      engine.Generator

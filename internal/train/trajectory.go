@@ -6,7 +6,7 @@ import (
 
 // TrajectoryRecord is one line of trajectories.jsonl: what the model saw,
 // what it did, what the env answered, and what the trainer made of it.
-type TrajectoryRecord struct {
+type trajectoryRecord struct {
 	Step         int            `json:"step"`
 	Env          int            `json:"env"`
 	Split        string         `json:"split"`
@@ -30,8 +30,8 @@ type TrajectoryRecord struct {
 
 // NewTrajectoryRecord builds the JSONL record of t. A NaN reward (failed
 // rollout) is written as 0 with the outcome saying why.
-func NewTrajectoryRecord(step int, t *rollout.Trajectory, reward, adv float64) TrajectoryRecord {
-	r := TrajectoryRecord{
+func newTrajectoryRecord(step int, t *rollout.Trajectory, reward, adv float64) trajectoryRecord {
+	r := trajectoryRecord{
 		Step: step, Env: t.Task.Env, Split: t.Task.Split, TaskIndex: t.Task.Index,
 		Prompt: t.Prompt, Turns: t.Turns, Rewards: t.Rewards, Reward: reward, Advantage: adv,
 		Outcome: string(t.Outcome), ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
