@@ -58,7 +58,7 @@ type Server struct {
 	backend ServeBackend
 	opts    ServerOptions
 	mux     *http.ServeMux
-	gate    *pauseGate
+	gate    *vllm.PauseGate
 
 	mu       sync.Mutex
 	adapters map[string]string // name -> path
@@ -70,7 +70,7 @@ func NewServer(b ServeBackend, opts ServerOptions) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: newPauseGate(),
+	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: vllm.NewPauseGate(),
 		adapters: map[string]string{}, batchers: map[string]*Builtin{}}
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
@@ -78,7 +78,7 @@ func NewServer(b ServeBackend, opts ServerOptions) *Server {
 	s.mux.HandleFunc("POST /pause", s.handlePause)
 	s.mux.HandleFunc("POST /resume", s.handleResume)
 	s.mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.isPaused()})
+		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.Paused()})
 	})
 	s.mux.HandleFunc("POST /collective_rpc", s.handleCollectiveRPC)
 	s.mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
@@ -256,7 +256,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	ctx, leave, err := s.gate.enter(r.Context())
+	ctx, leave, err := s.gate.Enter(r.Context())
 	if err != nil {
 		return // the client went away while we were paused
 	}
@@ -289,7 +289,7 @@ func (s *Server) sampleAll(ctx context.Context, b *Builtin, prompts [][]int32, b
 		go func() {
 			defer wg.Done()
 			results[i], errs[i] = b.Generate(ctx, req)
-			if errs[i] != nil && ctx.Err() != nil && s.gate.aborting() {
+			if errs[i] != nil && ctx.Err() != nil && s.gate.Aborting() {
 				aborted[i], errs[i] = true, nil
 			}
 		}()
@@ -410,7 +410,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("mode %q: want abort, wait or keep", mode))
 		return
 	}
-	if err := s.gate.pause(r.Context(), mode); err != nil {
+	if err := s.gate.Pause(r.Context(), mode); err != nil {
 		writeError(w, http.StatusInternalServerError, "pause: "+err.Error())
 		return
 	}
@@ -418,7 +418,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	s.gate.resume()
+	s.gate.Resume()
 	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "resumed"})
 }
 

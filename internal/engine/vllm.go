@@ -77,7 +77,7 @@ type VLLMOptions struct {
 type VLLM struct {
 	opts        VLLMOptions
 	outstanding []atomic.Int64
-	gate        *pauseGate
+	gate        *vllm.PauseGate
 	stopSup     func()
 	supervisor  *vllm.Supervisor
 
@@ -126,7 +126,7 @@ func newVLLM(opts VLLMOptions) (*VLLM, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	}
-	return &VLLM{opts: opts, gate: newPauseGate()}, nil
+	return &VLLM{opts: opts, gate: vllm.NewPauseGate()}, nil
 }
 
 func (v *VLLM) setEndpoints(eps []vllm.Endpoint) {
@@ -174,7 +174,7 @@ func (v *VLLM) Generate(ctx context.Context, req Request) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.opts.Timeout)
 	defer cancel()
-	ctx, leave, err := v.gate.enter(ctx) // waits while weights are pushed
+	ctx, leave, err := v.gate.Enter(ctx) // waits while weights are pushed
 	if err != nil {
 		return Result{}, fmt.Errorf("generate: waiting for weight sync: %w", err)
 	}
@@ -289,11 +289,11 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	defer v.serial.Unlock()
 	// Drain without holding syncMu: an in-flight request may be waiting for
 	// a restarting replica, whose restart hook needs syncMu.
-	if err := v.gate.pause(ctx, vllm.PauseWait); err != nil {
-		v.gate.resume()
+	if err := v.gate.Pause(ctx, vllm.PauseWait); err != nil {
+		v.gate.Resume()
 		return fmt.Errorf("sync weights for step %d: drain requests: %w", step, err)
 	}
-	defer v.gate.resume()
+	defer v.gate.Resume()
 	v.syncMu.Lock()
 	defer v.syncMu.Unlock()
 	version := v.version + 1
@@ -550,14 +550,7 @@ func StartVLLMRun(ctx context.Context, r VLLMRun) (*VLLM, error) {
 	var lora *vllm.LoRALaunch
 	if r.LoRA != nil {
 		mode = SyncLoRA
-		rank := r.LoRA.Rank // above 512 vLLM refuses it with its own message
-		for _, allowed := range []int{1, 8, 16, 32, 64, 128, 256, 320, 512} {
-			if allowed >= r.LoRA.Rank {
-				rank = allowed // --max-lora-rank must be one of vLLM's sizes
-				break
-			}
-		}
-		lora = &vllm.LoRALaunch{MaxRank: rank, MaxLoras: 2}
+		lora = &vllm.LoRALaunch{MaxRank: vllm.LoRARank(r.LoRA.Rank), MaxLoras: 2}
 	}
 	syncDir := r.SyncDir
 	if syncDir == "" {

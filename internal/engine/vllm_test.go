@@ -195,7 +195,7 @@ func TestVLLMSyncFull(t *testing.T) {
 
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.isPaused() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v.gate.Paused() }, 5*time.Second, time.Millisecond)
 	results := make(chan Result, 8)
 	for seed := int64(10); seed < 18; seed++ {
 		go func() {
@@ -357,7 +357,7 @@ func TestVLLMSyncWhileReplicaRestarts(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.isPaused() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v.gate.Paused() }, 5*time.Second, time.Millisecond)
 
 	hookDone := make(chan error, 1)
 	go func() { hookDone <- v.AfterStart(context.Background(), 0, vllmClient(t, r0.URL())) }()
