@@ -336,10 +336,10 @@ func TestVLLMProbeRefusesMissingCapabilities(t *testing.T) {
 
 	_, err = NewVLLM(context.Background(), VLLMOptions{SyncMode: SyncFull})
 	assert.Error(t, err)
-	_, err = StartVLLM(context.Background(), VLLMLaunch{GPUs: vllm.GPUPlan{GPUs: []int{1}, TrainerGPUs: []int{1}}}, VLLMOptions{SyncMode: SyncNone})
+	_, err = NewVLLM(context.Background(), VLLMOptions{GPUs: vllm.GPUPlan{GPUs: []int{1}, TrainerGPUs: []int{1}}, SyncMode: SyncNone})
 	var ge *vllm.GPUAssignmentError
 	require.ErrorAs(t, err, &ge)
-	_, err = StartVLLM(context.Background(), VLLMLaunch{URLs: []string{"localhost:8000"}}, VLLMOptions{SyncMode: SyncNone})
+	_, err = NewVLLM(context.Background(), VLLMOptions{URLs: []string{"localhost:8000"}, SyncMode: SyncNone})
 	assert.ErrorContains(t, err, "engine.vllm_urls[0]")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
