@@ -158,7 +158,7 @@ func TestServeEngineFullSync(t *testing.T) {
 
 	syncErr := make(chan error, 1)
 	go func() { syncErr <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.Paused() }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v.SyncPaused() }, 10*time.Second, time.Millisecond)
 	during := make(chan Result, 1)
 	go func() {
 		res, err := v.Generate(context.Background(), engineRequest(1))
