@@ -2,20 +2,16 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/model"
-	"github.com/ortrain/ortrain/internal/worker"
+	"github.com/ortrain/ortrain/internal/engine/serve"
 )
 
 // ServeEngineOptions are the inputs of `ortrain serve-engine`. The flags are
@@ -138,86 +134,36 @@ func (o *ServeEngineOptions) validate() error {
 }
 
 func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
-	backend, srvOpts, closeBackend, err := openServeBackend(ctx, opts)
+	wo := serve.WorkerOptions{ModelDir: opts.Model, WorkerLib: opts.WorkerLib, Getenv: opts.Getenv,
+		Device: opts.Device, DType: opts.DType, Threads: opts.Threads, Seed: opts.Seed, Logger: opts.Logger}
+	if opts.EnableLoRA {
+		wo.LoRARank = opts.MaxLoRARank
+	}
+	backend, err := serve.OpenWorker(ctx, wo)
 	if err != nil {
 		return err
 	}
-	defer closeBackend()
-	srv := engine.NewServer(backend, srvOpts)
-	defer srv.Close()
-	l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
-	if err != nil {
-		return fmt.Errorf("listen on %s:%d (pick another --port): %w", opts.Host, opts.Port, err)
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(l) }()
-	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
-	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", srvOpts.ModelName).Bool("lora", opts.EnableLoRA).Msg("Application startup complete.")
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		hs.Close()
-	}
-	opts.Logger.Info().Msg("stopped")
-	return nil
-}
-
-// openServeBackend loads the worker and the model directory.
-func openServeBackend(ctx context.Context, opts *ServeEngineOptions) (*workerServeBackend, engine.ServerOptions, func(), error) {
-	var none engine.ServerOptions
-	cfg, err := model.LoadConfig(opts.Model)
-	if err != nil {
-		return nil, none, nil, fmt.Errorf("--model: %w", err)
-	}
-	path, _, err := worker.FindLibrary(opts.WorkerLib, opts.Getenv)
-	if err != nil {
-		return nil, none, nil, err
-	}
-	lib, err := worker.Open(path)
-	if err != nil {
-		return nil, none, nil, err
-	}
-	mo := worker.ModelOptions{Dir: opts.Model, Device: opts.Device, DType: opts.DType, Threads: opts.Threads, Seed: opts.Seed}
-	if opts.EnableLoRA {
-		// Scale 1 (alpha = rank): each adapter's own alpha/r is folded into
-		// its B matrix when it is installed.
-		mo.LoRA = &worker.LoRAOptions{Rank: opts.MaxLoRARank, Alpha: float64(opts.MaxLoRARank)}
-	}
-	m, err := lib.LoadModel(ctx, mo)
-	if err != nil {
-		lib.Close()
-		return nil, none, nil, err
-	}
-	b := &workerServeBackend{m: m}
-	if tok, err := chat.LoadTokenizer(opts.Model); err == nil {
-		b.tok = tok
-	} else {
-		opts.Logger.Warn().Err(err).Msg("no tokenizer: completion text will be empty (token ids are unaffected)")
-	}
-	if opts.EnableLoRA {
-		if err := b.initLoRA(); err != nil {
-			m.Close()
-			lib.Close()
-			return nil, none, nil, err
-		}
-	}
-	so := engine.ServerOptions{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
-		LoRA: opts.EnableLoRA, Logger: opts.Logger,
+	defer backend.Close()
+	so := serve.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
+		EOSIDs: backend.EOSIDs(), LoRA: opts.EnableLoRA, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
 	if so.ModelName == "" {
 		so.ModelName = opts.Model
 	}
 	if so.MaxModelLen == 0 {
-		so.MaxModelLen = cfg.MaxPositionEmbeddings
+		so.MaxModelLen = backend.MaxPositionEmbeddings()
 	}
-	for _, id := range cfg.EOSTokenID {
-		so.EOSIDs = append(so.EOSIDs, int32(id))
+	srv := serve.NewServer(backend, so)
+	defer srv.Close()
+	l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
+	if err != nil {
+		return fmt.Errorf("listen on %s:%d (pick another --port): %w", opts.Host, opts.Port, err)
 	}
-	return b, so, func() { m.Close(); lib.Close() }, nil
+	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
+	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", so.ModelName).Bool("lora", opts.EnableLoRA).Msg("Application startup complete.")
+	if err := serve.Run(ctx, l, srv); err != nil {
+		return err
+	}
+	opts.Logger.Info().Msg("stopped")
+	return nil
 }

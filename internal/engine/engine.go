@@ -1,7 +1,9 @@
 // Package engine defines how rollouts ask for tokens: the Generator
 // interface (token ids in; sampled ids, sampler log-probs and a stop reason
 // out) and its backends. The builtin backend batches concurrent requests from
-// many rollouts into one call of the in-process worker.
+// many rollouts into one call of the in-process worker; the vLLM backend
+// sends them to vLLM servers (or serve-engine replicas, package
+// engine/serve) and pushes the trainer's weights to them.
 package engine
 
 import (

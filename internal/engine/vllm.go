@@ -16,7 +16,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/backoff"
-	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -47,9 +46,26 @@ type SyncStats struct {
 	Duration time.Duration
 }
 
-// VLLMOptions configure the vLLM backend over existing endpoints.
+// VLLMOptions describe one vLLM setup: which servers generate (endpoints
+// given as they are, URLs of servers someone else runs, or replicas to
+// launch and supervise) and how weights reach them. train builds it from
+// the config (engine.*).
 type VLLMOptions struct {
+	// Endpoints are used as they are, with their own readiness.
 	Endpoints []vllm.Endpoint
+	// URLs of servers someone else runs (engine.vllm_urls).
+	URLs []string
+	// Launch, GPUs and the rest describe supervised replicas, launched when
+	// neither Endpoints nor URLs is given.
+	Launch         vllm.LaunchConfig
+	GPUs           vllm.GPUPlan
+	BasePort       int // 0: free ports
+	LogDir         string
+	StartupTimeout time.Duration
+	MaxRestarts    int
+	StopGrace      time.Duration
+	OnEvent        func(vllm.Event)
+
 	// SyncMode, SyncDir (root of policy-vN directories; /dev/shm is a good
 	// place) and Export say how SyncWeights pushes weights.
 	SyncMode SyncMode
@@ -77,7 +93,7 @@ type VLLMOptions struct {
 type VLLM struct {
 	opts        VLLMOptions
 	outstanding []atomic.Int64
-	gate        *pauseGate
+	gate        *vllm.PauseGate
 	stopSup     func()
 	supervisor  *vllm.Supervisor
 
@@ -94,17 +110,63 @@ type VLLM struct {
 	stats SyncStats
 }
 
-// NewVLLM probes every endpoint (a one-token completion with token ids and
-// log-probs, and the routes SyncMode needs) and returns the backend.
+// NewVLLM connects to opts.Endpoints or opts.URLs, or launches the replicas
+// opts.Launch describes (validating the GPU assignment first); probes every
+// server (a one-token completion with token ids and log-probs, and the
+// routes SyncMode needs) and returns the backend. Close stops launched
+// replicas. ctx bounds startup only.
 func NewVLLM(ctx context.Context, opts VLLMOptions) (*VLLM, error) {
 	v, err := newVLLM(opts)
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case len(opts.Endpoints) > 0 && len(opts.URLs) > 0:
+		return nil, errors.New("vllm backend: give endpoints or URLs, not both")
+	case len(opts.Endpoints) > 0:
+		v.setEndpoints(opts.Endpoints)
+	case len(opts.URLs) > 0:
+		eps := make([]vllm.Endpoint, len(opts.URLs))
+		for i, u := range opts.URLs {
+			if _, err := vllm.NewClient(u, nil); err != nil {
+				return nil, fmt.Errorf("engine.vllm_urls[%d]: %w", i, err)
+			}
+			eps[i] = vllm.StaticEndpoint(u)
+		}
+		v.setEndpoints(eps)
+	default:
+		if err := v.launch(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := v.probe(ctx); err != nil {
+		v.Close()
 		return nil, err
 	}
 	return v, nil
+}
+
+// launch starts the supervised replicas; their restart hook is AfterStart.
+func (v *VLLM) launch(ctx context.Context) error {
+	o := v.opts
+	assign, err := o.GPUs.Assign()
+	if err != nil {
+		return err
+	}
+	sup, err := vllm.Start(ctx, vllm.Options{Launch: o.Launch, GPUs: assign, BasePort: o.BasePort, LogDir: o.LogDir,
+		StartupTimeout: o.StartupTimeout, MaxRestarts: o.MaxRestarts, StopGrace: o.StopGrace,
+		AfterStart: v.AfterStart, OnEvent: o.OnEvent, HTTPClient: o.HTTPClient, Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	eps := make([]vllm.Endpoint, 0, len(sup.Replicas()))
+	for _, r := range sup.Replicas() {
+		eps = append(eps, r)
+	}
+	v.setEndpoints(eps)
+	v.stopSup = sup.Stop
+	v.supervisor = sup
+	return nil
 }
 
 func newVLLM(opts VLLMOptions) (*VLLM, error) {
@@ -126,7 +188,7 @@ func newVLLM(opts VLLMOptions) (*VLLM, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	}
-	return &VLLM{opts: opts, gate: newPauseGate()}, nil
+	return &VLLM{opts: opts, gate: vllm.NewPauseGate()}, nil
 }
 
 func (v *VLLM) setEndpoints(eps []vllm.Endpoint) {
@@ -138,7 +200,6 @@ func (v *VLLM) probe(ctx context.Context) error {
 	if len(v.opts.Endpoints) == 0 {
 		return errors.New("vllm backend: no endpoints")
 	}
-	v.outstanding = make([]atomic.Int64, len(v.opts.Endpoints))
 	needs := vllm.Needs{FullSync: v.opts.SyncMode == SyncFull, LoRA: v.opts.SyncMode == SyncLoRA}
 	for _, ep := range v.opts.Endpoints {
 		c, err := vllm.NewClient(ep.URL(), v.opts.HTTPClient)
@@ -174,7 +235,7 @@ func (v *VLLM) Generate(ctx context.Context, req Request) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.opts.Timeout)
 	defer cancel()
-	ctx, leave, err := v.gate.enter(ctx) // waits while weights are pushed
+	ctx, leave, err := v.gate.Enter(ctx) // waits while weights are pushed
 	if err != nil {
 		return Result{}, fmt.Errorf("generate: waiting for weight sync: %w", err)
 	}
@@ -289,11 +350,11 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	defer v.serial.Unlock()
 	// Drain without holding syncMu: an in-flight request may be waiting for
 	// a restarting replica, whose restart hook needs syncMu.
-	if err := v.gate.pause(ctx, vllm.PauseWait); err != nil {
-		v.gate.resume()
+	if err := v.gate.Pause(ctx, vllm.PauseWait); err != nil {
+		v.gate.Resume()
 		return fmt.Errorf("sync weights for step %d: drain requests: %w", step, err)
 	}
-	defer v.gate.resume()
+	defer v.gate.Resume()
 	v.syncMu.Lock()
 	defer v.syncMu.Unlock()
 	version := v.version + 1
@@ -452,127 +513,5 @@ func (v *VLLM) Close() error {
 	return nil
 }
 
-// VLLMLaunch is what StartVLLM needs: either URLs of running servers, or a
-// launch description for servers ortrain starts and supervises.
-type VLLMLaunch struct {
-	// URLs of servers someone else runs (engine.vllm_urls); when set,
-	// nothing is launched.
-	URLs []string
-	// Launch, GPUs and the rest configure supervised replicas.
-	Launch         vllm.LaunchConfig
-	GPUs           vllm.GPUPlan
-	BasePort       int // 0: free ports
-	LogDir         string
-	StartupTimeout time.Duration
-	MaxRestarts    int
-	StopGrace      time.Duration
-	OnEvent        func(vllm.Event)
-}
-
-// StartVLLM connects to the given URLs or launches the replicas (validating
-// the GPU assignment first), probes them, and returns the backend. Close
-// stops launched replicas. ctx bounds startup only.
-func StartVLLM(ctx context.Context, l VLLMLaunch, opts VLLMOptions) (*VLLM, error) {
-	v, err := newVLLM(opts)
-	if err != nil {
-		return nil, err
-	}
-	if len(l.URLs) > 0 {
-		eps := make([]vllm.Endpoint, len(l.URLs))
-		for i, u := range l.URLs {
-			if _, err := vllm.NewClient(u, nil); err != nil {
-				return nil, fmt.Errorf("engine.vllm_urls[%d]: %w", i, err)
-			}
-			eps[i] = vllm.StaticEndpoint(u)
-		}
-		v.setEndpoints(eps)
-	} else {
-		assign, err := l.GPUs.Assign()
-		if err != nil {
-			return nil, err
-		}
-		sup, err := vllm.Start(ctx, vllm.Options{Launch: l.Launch, GPUs: assign, BasePort: l.BasePort, LogDir: l.LogDir,
-			StartupTimeout: l.StartupTimeout, MaxRestarts: l.MaxRestarts, StopGrace: l.StopGrace,
-			AfterStart: v.AfterStart, OnEvent: l.OnEvent, HTTPClient: opts.HTTPClient, Logger: opts.Logger})
-		if err != nil {
-			return nil, err
-		}
-		eps := make([]vllm.Endpoint, 0, len(sup.Replicas()))
-		for _, r := range sup.Replicas() {
-			eps = append(eps, r)
-		}
-		v.setEndpoints(eps)
-		v.stopSup = sup.Stop
-		v.supervisor = sup
-	}
-	if err := v.probe(ctx); err != nil {
-		v.Close()
-		return nil, err
-	}
-	return v, nil
-}
-
 // Supervisor is the supervisor of launched replicas (nil for URLs).
 func (v *VLLM) Supervisor() *vllm.Supervisor { return v.supervisor }
-
-// VLLMRun is what `ortrain run` with engine.kind vllm needs to build the
-// backend. The first block comes from the config as it is; the second from
-// keys proposed for engine (named in parentheses; zero values pick the
-// defaults shown).
-type VLLMRun struct {
-	Engine      config.EngineConfig
-	ModelDir    string             // the resolved model directory replicas load
-	TrainerGPUs []int              // worker.gpus: vLLM must not use them unless Colocate
-	LoRA        *config.LoRAConfig // non-nil when grpo.lora.enabled: adapters are synced, not full weights
-	RunDir      string             // output_dir: replica logs and (default) the sync directory live here
-	Export      WeightExporter     // the trainer model's SaveHF (full) or SavePEFT (LoRA)
-	Environ     []string           // the process environment (filtered before it reaches a replica)
-	Logger      zerolog.Logger
-	OnEvent     func(vllm.Event)
-
-	Command              []string      // (engine.vllm_command) default: vllm serve; [ortrain, serve-engine] runs Executable
-	Executable           string        // the running ortrain binary (os.Executable)
-	Colocate             bool          // (engine.vllm_colocate) allow vLLM on trainer GPUs
-	BasePort             int           // (engine.vllm_port) default 0: free ports
-	GPUMemoryUtilization float64       // (engine.vllm_gpu_memory_utilization) default: vLLM's
-	MaxModelLen          int           // (engine.vllm_max_model_len) default: the model's
-	SyncDir              string        // (engine.vllm_sync_dir) default: RunDir/weight-sync
-	SyncTimeout          time.Duration // (engine.vllm_sync_timeout) default 10m
-	StartupTimeout       time.Duration // (engine.vllm_startup_timeout) default 5m
-	MaxRestarts          int           // (engine.vllm_max_restarts) default 5
-}
-
-// StartVLLMRun launches replicas on engine.vllm_gpus (or connects to
-// engine.vllm_urls), probes them and returns the backend; Close stops what
-// it launched.
-func StartVLLMRun(ctx context.Context, r VLLMRun) (*VLLM, error) {
-	mode := SyncFull
-	var lora *vllm.LoRALaunch
-	if r.LoRA != nil {
-		mode = SyncLoRA
-		rank := r.LoRA.Rank // above 512 vLLM refuses it with its own message
-		for _, allowed := range []int{1, 8, 16, 32, 64, 128, 256, 320, 512} {
-			if allowed >= r.LoRA.Rank {
-				rank = allowed // --max-lora-rank must be one of vLLM's sizes
-				break
-			}
-		}
-		lora = &vllm.LoRALaunch{MaxRank: rank, MaxLoras: 2}
-	}
-	syncDir := r.SyncDir
-	if syncDir == "" {
-		syncDir = filepath.Join(r.RunDir, "weight-sync")
-	}
-	launch := VLLMLaunch{
-		URLs: r.Engine.VLLMURLs,
-		Launch: vllm.LaunchConfig{Command: r.Command, Self: r.Executable, Model: r.ModelDir, TensorParallelSize: r.Engine.VLLMTensorParSize,
-			GPUMemoryUtilization: r.GPUMemoryUtilization, MaxModelLen: r.MaxModelLen, LoRA: lora,
-			ExtraArgs: r.Engine.VLLMExtraArgs, Environ: r.Environ},
-		GPUs: vllm.GPUPlan{GPUs: r.Engine.VLLMGPUs, Replicas: r.Engine.VLLMReplicas, TensorParallelSize: r.Engine.VLLMTensorParSize,
-			TrainerGPUs: r.TrainerGPUs, Colocate: r.Colocate},
-		BasePort: r.BasePort, LogDir: filepath.Join(r.RunDir, "vllm-logs"), StartupTimeout: r.StartupTimeout,
-		MaxRestarts: r.MaxRestarts, OnEvent: r.OnEvent,
-	}
-	return StartVLLM(ctx, launch, VLLMOptions{SyncMode: mode, SyncDir: syncDir, Export: r.Export, SyncTimeout: r.SyncTimeout,
-		Timeout: r.Engine.GenerateTimeout, Logger: r.Logger})
-}

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -113,11 +112,11 @@ func launchServeEngine(t *testing.T, bin, libPath, modelDir string, replicas int
 	logger := zerolog.New(zerolog.NewTestWriter(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	v, err := StartVLLM(ctx, VLLMLaunch{
+	v, err := NewVLLM(ctx, VLLMOptions{
 		Launch: vllm.LaunchConfig{Command: []string{bin, "serve-engine", "--threads", "1"}, Model: modelDir, LoRA: lora,
 			Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
 		GPUs: vllm.GPUPlan{Replicas: replicas}, LogDir: t.TempDir(), StartupTimeout: time.Minute, MaxRestarts: 3, StopGrace: 5 * time.Second,
-	}, VLLMOptions{SyncMode: mode, SyncDir: t.TempDir(), Export: export, Timeout: time.Minute,
+		SyncMode: mode, SyncDir: t.TempDir(), Export: export, Timeout: time.Minute,
 		RetryBase: 20 * time.Millisecond, RetryCap: 200 * time.Millisecond, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -159,7 +158,7 @@ func TestServeEngineFullSync(t *testing.T) {
 
 	syncErr := make(chan error, 1)
 	go func() { syncErr <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.isPaused() }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v.SyncPaused() }, 10*time.Second, time.Millisecond)
 	during := make(chan Result, 1)
 	go func() {
 		res, err := v.Generate(context.Background(), engineRequest(1))
@@ -214,15 +213,18 @@ func TestServeEngineLoRASync(t *testing.T) {
 	dir := tinyModel(t, 1)
 	loraOpts := &worker.LoRAOptions{Rank: 4, Alpha: 8}
 	trainer := loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir, LoRA: loraOpts})
-	// Built the way `ortrain run` builds it from the config.
+	// Set up as `ortrain run` sets it up for grpo.lora rank 4 (train's
+	// vllmOptions): adapters served under vLLM's next allowed rank, logs and
+	// synced weights in the run directory.
 	runDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	v, err := StartVLLMRun(ctx, VLLMRun{
-		Engine:   config.EngineConfig{Kind: "vllm", VLLMReplicas: 1, VLLMTensorParSize: 1, GenerateTimeout: time.Minute},
-		ModelDir: dir, LoRA: &config.LoRAConfig{Enabled: true, Rank: 4, Alpha: 8}, RunDir: runDir, Export: trainer.SavePEFT,
-		Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}, Logger: zerolog.New(zerolog.NewTestWriter(t)),
-		Command: []string{"ortrain", "serve-engine", "--threads", "1"}, Executable: bin, StartupTimeout: time.Minute,
+	v, err := NewVLLM(ctx, VLLMOptions{
+		Launch: vllm.LaunchConfig{Command: []string{"ortrain", "serve-engine", "--threads", "1"}, Self: bin, Model: dir, TensorParallelSize: 1,
+			LoRA: &vllm.LoRALaunch{MaxRank: vllm.LoRARank(4), MaxLoras: 2}, Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
+		GPUs: vllm.GPUPlan{Replicas: 1, TensorParallelSize: 1}, LogDir: filepath.Join(runDir, "vllm-logs"), StartupTimeout: time.Minute,
+		SyncMode: SyncLoRA, SyncDir: filepath.Join(runDir, "weight-sync"), Export: trainer.SavePEFT, Timeout: time.Minute,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	require.NoError(t, err)
 	defer v.Close()
@@ -287,11 +289,11 @@ func BenchmarkServeEngineFullSync(b *testing.B) {
 	defer trainer.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	v, err := StartVLLM(ctx, VLLMLaunch{
+	v, err := NewVLLM(ctx, VLLMOptions{
 		Launch: vllm.LaunchConfig{Command: []string{bin, "serve-engine", "--threads", "1"}, Model: dir,
 			Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
 		GPUs: vllm.GPUPlan{Replicas: 2}, LogDir: b.TempDir(), StopGrace: 5 * time.Second,
-	}, VLLMOptions{SyncMode: SyncFull, SyncDir: b.TempDir(), Export: trainer.SaveHF})
+		SyncMode: SyncFull, SyncDir: b.TempDir(), Export: trainer.SaveHF})
 	require.NoError(b, err)
 	defer v.Close()
 	b.ResetTimer()

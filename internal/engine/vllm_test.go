@@ -1,10 +1,9 @@
-package engine
+package engine_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,31 +18,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/engine/serve"
+	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
-
-// TestVLLMRequestShape checks the JSON ortrain sends against the fields
-// vllm-integration.md §2.1 names: token-id prompt, every sampling field
-// explicit, logprobs 0, return_token_ids, stop ids, n.
-func TestVLLMRequestShape(t *testing.T) {
-	v := &VLLM{model: "policy"}
-	body := v.completionRequest(Request{PromptIDs: []int32{5, 6}, MaxTokens: 32, Seed: 9, StopIDs: []int32{2},
-		Sampling: SamplingParams{Temperature: 0.7, TopP: 0.9, TopK: 0, MinP: 0.05}})
-	b, err := json.Marshal(body)
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"model":"policy","prompt":[5,6],"max_tokens":32,"n":1,"temperature":0.7,"top_p":0.9,"top_k":-1,"min_p":0.05,
-		"repetition_penalty":1,"presence_penalty":0,"frequency_penalty":0,"seed":9,"stop_token_ids":[2],"stop":[],
-		"ignore_eos":true,"logprobs":0,"return_token_ids":true,"skip_special_tokens":false,"stream":false}`, string(b))
-
-	// No seed: the field is left out (the server draws one); no stop ids: [].
-	b, err = json.Marshal(v.completionRequest(Request{PromptIDs: []int32{1}, MaxTokens: 1, Sampling: SamplingParams{Temperature: 1, TopP: 1, TopK: 20}}))
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
-	assert.NotContains(t, m, "seed")
-	assert.Equal(t, []any{}, m["stop_token_ids"])
-	assert.Equal(t, 20.0, m["top_k"])
-}
 
 // flakyHandler fails the first n completions with 500, then passes through.
 type flakyHandler struct {
@@ -56,7 +35,9 @@ func (f *flakyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v1/completions" {
 		f.hits.Add(1)
 		if f.fails.Add(-1) >= 0 {
-			writeError(w, http.StatusInternalServerError, "engine hiccup")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_ = json.NewEncoder(w).Encode(vllm.ErrorResponse{Error: vllm.ErrorInfo{Message: "engine hiccup", Type: "InternalServerError", Code: 500}})
 			return
 		}
 	}
@@ -67,7 +48,7 @@ func (f *flakyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handler that can inject 500s, with a switchable readiness.
 type toyReplica struct {
 	*httptest.Server
-	backend *toyBackend
+	backend *servetest.Backend
 	flaky   *flakyHandler
 	ready   atomic.Bool
 }
@@ -76,9 +57,9 @@ func (r *toyReplica) URL() string { return r.Server.URL }
 func (r *toyReplica) Ready() bool { return r.ready.Load() }
 
 func startToyReplica(t testing.TB, slope float64, lora bool) *toyReplica {
-	backend := newToyBackend(slope)
-	srv := NewServer(backend, ServerOptions{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, LoRA: lora,
-		Batch: BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
+	backend := servetest.NewBackend(slope)
+	srv := serve.NewServer(backend, serve.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, LoRA: lora,
+		Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
 	r := &toyReplica{backend: backend, flaky: &flakyHandler{next: srv}}
 	r.Server = httptest.NewServer(r.flaky)
 	r.ready.Store(true)
@@ -86,13 +67,13 @@ func startToyReplica(t testing.TB, slope float64, lora bool) *toyReplica {
 	return r
 }
 
-func toyRequest(seed int64) Request {
-	return Request{PromptIDs: []int32{1, 2}, MaxTokens: 6, Seed: seed, Sampling: SamplingParams{Temperature: 1, TopP: 1}}
+func toyRequest(seed int64) engine.Request {
+	return engine.Request{PromptIDs: []int32{1, 2}, MaxTokens: 6, Seed: seed, Sampling: engine.SamplingParams{Temperature: 1, TopP: 1}}
 }
 
-func newTestVLLM(t *testing.T, mode SyncMode, export WeightExporter, eps ...vllm.Endpoint) *VLLM {
+func newTestVLLM(t *testing.T, mode engine.SyncMode, export engine.WeightExporter, eps ...vllm.Endpoint) *engine.VLLM {
 	t.Helper()
-	v, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: eps, SyncMode: mode, SyncDir: t.TempDir(), Export: export,
+	v, err := engine.NewVLLM(context.Background(), engine.VLLMOptions{Endpoints: eps, SyncMode: mode, SyncDir: t.TempDir(), Export: export,
 		Timeout: 20 * time.Second, RetryBase: 5 * time.Millisecond, RetryCap: 50 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	require.NoError(t, err)
@@ -104,9 +85,9 @@ func newTestVLLM(t *testing.T, mode SyncMode, export WeightExporter, eps ...vllm
 // sampler for the same seed, and concurrent requests spread over replicas.
 func TestVLLMGenerateMatchesReferenceAndBalances(t *testing.T) {
 	r0, r1 := startToyReplica(t, 0.4, false), startToyReplica(t, 0.4, false)
-	v := newTestVLLM(t, SyncNone, nil, r0, r1)
+	v := newTestVLLM(t, engine.SyncNone, nil, r0, r1)
 	assert.Equal(t, "toy", v.Model())
-	r0.backend.delay, r1.backend.delay = 20*time.Millisecond, 20*time.Millisecond
+	r0.backend.Delay, r1.backend.Delay = 20*time.Millisecond, 20*time.Millisecond
 	var wg sync.WaitGroup
 	for seed := int64(1); seed <= 40; seed++ {
 		wg.Add(1)
@@ -114,7 +95,7 @@ func TestVLLMGenerateMatchesReferenceAndBalances(t *testing.T) {
 			defer wg.Done()
 			got, err := v.Generate(context.Background(), toyRequest(seed))
 			require.NoError(t, err)
-			assert.Equal(t, toySample(toyRequest(seed), 0.4), got, "seed %d", seed)
+			assert.Equal(t, servetest.Sample(toyRequest(seed), 0.4), got, "seed %d", seed)
 		}()
 	}
 	wg.Wait()
@@ -128,12 +109,12 @@ func TestVLLMGenerateMatchesReferenceAndBalances(t *testing.T) {
 // restarting (not ready) do not fail a request.
 func TestVLLMRetries(t *testing.T) {
 	r0, r1 := startToyReplica(t, 0.2, false), startToyReplica(t, 0.2, false)
-	v := newTestVLLM(t, SyncNone, nil, r0, r1)
+	v := newTestVLLM(t, engine.SyncNone, nil, r0, r1)
 	r0.flaky.fails.Store(3)
 	r1.flaky.fails.Store(3)
 	got, err := v.Generate(context.Background(), toyRequest(5))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(5), 0.2), got)
+	assert.Equal(t, servetest.Sample(toyRequest(5), 0.2), got)
 
 	// Replica 1 dies (connection refused) while still marked ready.
 	r1.Server.Close()
@@ -152,7 +133,7 @@ func TestVLLMRetries(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
 
 	// A 400 is not retried.
-	_, err = v.Generate(context.Background(), Request{PromptIDs: []int32{1}, MaxTokens: 1000, Sampling: SamplingParams{Temperature: 1, TopP: 1}})
+	_, err = v.Generate(context.Background(), engine.Request{PromptIDs: []int32{1}, MaxTokens: 1000, Sampling: engine.SamplingParams{Temperature: 1, TopP: 1}})
 	var se *vllm.StatusError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, 400, se.Code)
@@ -168,14 +149,14 @@ func TestVLLMRetries(t *testing.T) {
 
 // exportSlope returns an exporter that writes weights.json with the slope
 // of the next version: 1.0, 2.0, ...; it can be held to keep a sync busy.
-func exportSlope(hold chan struct{}) (WeightExporter, *atomic.Int64) {
+func exportSlope(hold chan struct{}) (engine.WeightExporter, *atomic.Int64) {
 	var n atomic.Int64
 	return func(ctx context.Context, dir string) error {
 		if hold != nil {
 			<-hold
 		}
 		k := n.Add(1)
-		b, _ := json.Marshal(toyWeights{Slope: float64(k)})
+		b, _ := json.Marshal(servetest.Weights{Slope: float64(k)})
 		return os.WriteFile(filepath.Join(dir, "weights.json"), b, 0o644)
 	}, &n
 }
@@ -187,16 +168,16 @@ func TestVLLMSyncFull(t *testing.T) {
 	r0, r1 := startToyReplica(t, 0, false), startToyReplica(t, 0, false)
 	hold := make(chan struct{})
 	export, _ := exportSlope(hold)
-	v := newTestVLLM(t, SyncFull, export, r0, r1)
+	v := newTestVLLM(t, engine.SyncFull, export, r0, r1)
 
 	before, err := v.Generate(context.Background(), toyRequest(3))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(3), 0), before)
+	assert.Equal(t, servetest.Sample(toyRequest(3), 0), before)
 
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.isPaused() }, 5*time.Second, time.Millisecond)
-	results := make(chan Result, 8)
+	require.Eventually(t, func() bool { return v.SyncPaused() }, 5*time.Second, time.Millisecond)
+	results := make(chan engine.Result, 8)
 	for seed := int64(10); seed < 18; seed++ {
 		go func() {
 			res, err := v.Generate(context.Background(), toyRequest(seed))
@@ -211,11 +192,11 @@ func TestVLLMSyncFull(t *testing.T) {
 	for range 8 {
 		res := <-results
 		// Served by the new weights (slope 1): log-probs of slope 1.
-		assert.InDelta(t, float64(toyLogprob(1, res.IDs[0])), float64(res.Logprobs[0]), 1e-6)
+		assert.InDelta(t, float64(servetest.Logprob(1, res.IDs[0])), float64(res.Logprobs[0]), 1e-6)
 	}
 	after, err := v.Generate(context.Background(), toyRequest(3))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(3), 1), after)
+	assert.Equal(t, servetest.Sample(toyRequest(3), 1), after)
 	assert.NotEqual(t, before.Logprobs, after.Logprobs)
 
 	st := v.LastSync()
@@ -223,7 +204,7 @@ func TestVLLMSyncFull(t *testing.T) {
 	assert.Equal(t, "toy", st.Model)
 	assert.Greater(t, st.Duration, 100*time.Millisecond)
 	for _, r := range []*toyReplica{r0, r1} {
-		assert.Equal(t, []string{st.Dir}, r.backend.reloads)
+		assert.Equal(t, []string{st.Dir}, r.backend.Reloads())
 		paused, err := vllmClient(t, r.URL()).IsPaused(context.Background())
 		require.NoError(t, err)
 		assert.False(t, paused, "replicas are resumed")
@@ -232,19 +213,10 @@ func TestVLLMSyncFull(t *testing.T) {
 	for step := 2; step <= 4; step++ {
 		require.NoError(t, v.SyncWeights(context.Background(), step))
 	}
-	assert.Equal(t, []string{"policy-v3", "policy-v4"}, dirNames(t, v.opts.SyncDir), "older versions and temp dirs are removed")
+	assert.Equal(t, []string{"policy-v3", "policy-v4"}, dirNames(t, v.SyncDir()), "older versions and temp dirs are removed")
 	got, err := v.Generate(context.Background(), toyRequest(3))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(3), 4), got)
-}
-
-// toyLogprob is the toy model's log-prob of id at temperature 1.
-func toyLogprob(slope float64, id int32) float32 {
-	var z float64
-	for j := range toyVocab {
-		z += math.Exp(slope * float64(j))
-	}
-	return float32(slope*float64(id) - math.Log(z))
+	assert.Equal(t, servetest.Sample(toyRequest(3), 4), got)
 }
 
 func dirNames(t *testing.T, dir string) []string {
@@ -269,18 +241,18 @@ func vllmClient(t *testing.T, url string) *vllm.Client {
 func TestVLLMSyncLoRA(t *testing.T) {
 	r0, r1 := startToyReplica(t, 0.5, true), startToyReplica(t, 0.5, true)
 	export, _ := exportSlope(nil)
-	v := newTestVLLM(t, SyncLoRA, export, r0, r1)
+	v := newTestVLLM(t, engine.SyncLoRA, export, r0, r1)
 	require.NoError(t, v.SyncWeights(context.Background(), 1))
 	assert.Equal(t, "policy-v1", v.Model())
 	got, err := v.Generate(context.Background(), toyRequest(4))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(4), 0.5+1), got, "base + adapter v1")
+	assert.Equal(t, servetest.Sample(toyRequest(4), 0.5+1), got, "base + adapter v1")
 
 	require.NoError(t, v.SyncWeights(context.Background(), 2))
 	assert.Equal(t, "policy-v2", v.Model())
 	got, err = v.Generate(context.Background(), toyRequest(4))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(4), 0.5+2), got, "base + adapter v2")
+	assert.Equal(t, servetest.Sample(toyRequest(4), 0.5+2), got, "base + adapter v2")
 	for _, r := range []*toyReplica{r0, r1} {
 		models, err := vllmClient(t, r.URL()).Models(context.Background())
 		require.NoError(t, err)
@@ -295,26 +267,26 @@ func TestVLLMSyncLoRA(t *testing.T) {
 // TestVLLMRestartHookPushesNewestWeights: a replica that restarts from the
 // original model gets the newest version before it serves.
 func TestVLLMRestartHookPushesNewestWeights(t *testing.T) {
-	for _, mode := range []SyncMode{SyncFull, SyncLoRA} {
-		r0 := startToyReplica(t, 0, mode == SyncLoRA)
+	for _, mode := range []engine.SyncMode{engine.SyncFull, engine.SyncLoRA} {
+		r0 := startToyReplica(t, 0, mode == engine.SyncLoRA)
 		export, _ := exportSlope(nil)
 		v := newTestVLLM(t, mode, export, r0)
-		fresh := startToyReplica(t, 0, mode == SyncLoRA)
+		fresh := startToyReplica(t, 0, mode == engine.SyncLoRA)
 		require.NoError(t, v.AfterStart(context.Background(), 0, vllmClient(t, fresh.URL())), "nothing to push before the first sync")
-		assert.Empty(t, fresh.backend.reloads)
+		assert.Empty(t, fresh.backend.Reloads())
 		require.NoError(t, v.SyncWeights(context.Background(), 1))
 		require.NoError(t, v.AfterStart(context.Background(), 0, vllmClient(t, fresh.URL())))
-		if mode == SyncFull {
-			assert.Equal(t, []string{v.LastSync().Dir}, fresh.backend.reloads)
+		if mode == engine.SyncFull {
+			assert.Equal(t, []string{v.LastSync().Dir}, fresh.backend.Reloads())
 		} else {
-			assert.Contains(t, fresh.backend.adapters, "policy-v1")
+			assert.Contains(t, fresh.backend.Adapters(), "policy-v1")
 		}
 	}
 }
 
 func TestVLLMProbeRefusesMissingCapabilities(t *testing.T) {
 	r := startToyReplica(t, 0, false)
-	_, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{r}, SyncMode: SyncLoRA, SyncDir: t.TempDir(),
+	_, err := engine.NewVLLM(context.Background(), engine.VLLMOptions{Endpoints: []vllm.Endpoint{r}, SyncMode: engine.SyncLoRA, SyncDir: t.TempDir(),
 		Export: func(context.Context, string) error { return nil }})
 	var ce *vllm.CapabilityError
 	require.ErrorAs(t, err, &ce)
@@ -324,22 +296,22 @@ func TestVLLMProbeRefusesMissingCapabilities(t *testing.T) {
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case "/v1/models":
-			writeJSON(w, 200, vllm.ModelList{Object: "list", Data: []vllm.ModelCard{{ID: "old"}}})
+			_ = json.NewEncoder(w).Encode(vllm.ModelList{Object: "list", Data: []vllm.ModelCard{{ID: "old"}}})
 		case "/v1/completions":
 			w.Write([]byte(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":"length","logprobs":{"tokens":["x"],"token_logprobs":[-1],"text_offset":[0],"top_logprobs":[{"x":-1}]}}]}`))
 		}
 	}))
 	t.Cleanup(old.Close)
-	_, err = NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{vllm.StaticEndpoint(old.URL)}, SyncMode: SyncNone})
+	_, err = engine.NewVLLM(context.Background(), engine.VLLMOptions{Endpoints: []vllm.Endpoint{vllm.StaticEndpoint(old.URL)}, SyncMode: engine.SyncNone})
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, err.Error(), "0.10.2")
 
-	_, err = NewVLLM(context.Background(), VLLMOptions{SyncMode: SyncFull})
+	_, err = engine.NewVLLM(context.Background(), engine.VLLMOptions{SyncMode: engine.SyncFull})
 	assert.Error(t, err)
-	_, err = StartVLLM(context.Background(), VLLMLaunch{GPUs: vllm.GPUPlan{GPUs: []int{1}, TrainerGPUs: []int{1}}}, VLLMOptions{SyncMode: SyncNone})
+	_, err = engine.NewVLLM(context.Background(), engine.VLLMOptions{GPUs: vllm.GPUPlan{GPUs: []int{1}, TrainerGPUs: []int{1}}, SyncMode: engine.SyncNone})
 	var ge *vllm.GPUAssignmentError
 	require.ErrorAs(t, err, &ge)
-	_, err = StartVLLM(context.Background(), VLLMLaunch{URLs: []string{"localhost:8000"}}, VLLMOptions{SyncMode: SyncNone})
+	_, err = engine.NewVLLM(context.Background(), engine.VLLMOptions{URLs: []string{"localhost:8000"}, SyncMode: engine.SyncNone})
 	assert.ErrorContains(t, err, "engine.vllm_urls[0]")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
@@ -350,14 +322,14 @@ func TestVLLMProbeRefusesMissingCapabilities(t *testing.T) {
 func TestVLLMSyncWhileReplicaRestarts(t *testing.T) {
 	r0 := startToyReplica(t, 0, false)
 	export, _ := exportSlope(nil)
-	v := newTestVLLM(t, SyncFull, export, r0)
+	v := newTestVLLM(t, engine.SyncFull, export, r0)
 	r0.ready.Store(false) // restarting
 	genDone := make(chan error, 1)
 	go func() { _, err := v.Generate(context.Background(), toyRequest(1)); genDone <- err }()
 	time.Sleep(50 * time.Millisecond)
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- v.SyncWeights(context.Background(), 1) }()
-	require.Eventually(t, func() bool { return v.gate.isPaused() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v.SyncPaused() }, 5*time.Second, time.Millisecond)
 
 	hookDone := make(chan error, 1)
 	go func() { hookDone <- v.AfterStart(context.Background(), 0, vllmClient(t, r0.URL())) }()
@@ -372,14 +344,14 @@ func TestVLLMSyncWhileReplicaRestarts(t *testing.T) {
 	require.NoError(t, <-syncDone)
 	got, err := v.Generate(context.Background(), toyRequest(2))
 	require.NoError(t, err)
-	assert.Equal(t, toySample(toyRequest(2), 1), got)
+	assert.Equal(t, servetest.Sample(toyRequest(2), 1), got)
 }
 
 // BenchmarkVLLMGenerateToy measures the HTTP path's overhead per request
 // (two in-process replicas over the toy sampler, requests in parallel).
 func BenchmarkVLLMGenerateToy(b *testing.B) {
 	r0, r1 := startToyReplica(b, 0.3, false), startToyReplica(b, 0.3, false)
-	v, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: SyncNone})
+	v, err := engine.NewVLLM(context.Background(), engine.VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: engine.SyncNone})
 	require.NoError(b, err)
 	defer v.Close()
 	var seed atomic.Int64
@@ -399,7 +371,7 @@ func BenchmarkVLLMGenerateToy(b *testing.B) {
 func BenchmarkVLLMSyncFullToy(b *testing.B) {
 	r0, r1 := startToyReplica(b, 0, false), startToyReplica(b, 0, false)
 	export, _ := exportSlope(nil)
-	v, err := NewVLLM(context.Background(), VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: SyncFull, SyncDir: b.TempDir(), Export: export})
+	v, err := engine.NewVLLM(context.Background(), engine.VLLMOptions{Endpoints: []vllm.Endpoint{r0, r1}, SyncMode: engine.SyncFull, SyncDir: b.TempDir(), Export: export})
 	require.NoError(b, err)
 	defer v.Close()
 	b.ResetTimer()

@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -188,23 +189,43 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 	if cfg.Engine.Kind != "vllm" {
 		return newBuiltinEngine(cfg, policy, log), nil
 	}
-	e := cfg.Engine
-	r := engine.VLLMRun{
-		Engine: e, ModelDir: modelDir, TrainerGPUs: cfg.Worker.GPUs, RunDir: cfg.OutputDir,
-		Export: policy.m.SaveHF, Environ: ro.Environ, Logger: log, Executable: ro.Executable,
-		Command: e.VLLMCommand, Colocate: e.VLLMColocate, BasePort: e.VLLMPort,
-		GPUMemoryUtilization: e.VLLMGPUMemoryUtilization, MaxModelLen: e.VLLMMaxModelLen, SyncDir: e.VLLMSyncDir,
-		SyncTimeout: e.VLLMSyncTimeout, StartupTimeout: e.VLLMStartupTimeout, MaxRestarts: e.VLLMMaxRestarts,
-	}
+	export := policy.m.SaveHF
 	if cfg.GRPO.LoRA.Enabled {
-		lora := cfg.GRPO.LoRA
-		r.LoRA, r.Export = &lora, policy.m.SavePEFT
+		export = policy.m.SavePEFT
 	}
-	v, err := engine.StartVLLMRun(ctx, r)
+	v, err := engine.NewVLLM(ctx, vllmOptions(cfg, modelDir, export, ro, log))
 	if err != nil {
 		return nil, fmt.Errorf("start vLLM engine: %w", err)
 	}
 	return v, nil
+}
+
+// vllmOptions is the vLLM setup of engine.kind vllm: replicas of modelDir
+// (or the servers at engine.vllm_urls) that get the trainer's weights
+// through export, full weights or, with grpo.lora, adapters. Replica logs
+// and (unless engine.vllm_sync_dir) the synced weights live in output_dir.
+func vllmOptions(cfg *config.Config, modelDir string, export engine.WeightExporter, ro RunOptions, log zerolog.Logger) engine.VLLMOptions {
+	e := cfg.Engine
+	opts := engine.VLLMOptions{
+		URLs: e.VLLMURLs,
+		Launch: vllm.LaunchConfig{Command: e.VLLMCommand, Self: ro.Executable, Model: modelDir, TensorParallelSize: e.VLLMTensorParSize,
+			GPUMemoryUtilization: e.VLLMGPUMemoryUtilization, MaxModelLen: e.VLLMMaxModelLen, ExtraArgs: e.VLLMExtraArgs, Environ: ro.Environ},
+		GPUs: vllm.GPUPlan{GPUs: e.VLLMGPUs, Replicas: e.VLLMReplicas, TensorParallelSize: e.VLLMTensorParSize,
+			TrainerGPUs: cfg.Worker.GPUs, Colocate: e.VLLMColocate},
+		BasePort: e.VLLMPort, LogDir: filepath.Join(cfg.OutputDir, "vllm-logs"), StartupTimeout: e.VLLMStartupTimeout,
+		MaxRestarts: e.VLLMMaxRestarts,
+		SyncMode:    engine.SyncFull, SyncDir: e.VLLMSyncDir, Export: export, SyncTimeout: e.VLLMSyncTimeout,
+		Timeout: e.GenerateTimeout, Logger: log,
+	}
+	if opts.SyncDir == "" {
+		opts.SyncDir = filepath.Join(cfg.OutputDir, "weight-sync")
+	}
+	if cfg.GRPO.LoRA.Enabled {
+		opts.SyncMode = engine.SyncLoRA
+		// MaxLoras 2: the adapter in use and the one being loaded.
+		opts.Launch.LoRA = &vllm.LoRALaunch{MaxRank: vllm.LoRARank(cfg.GRPO.LoRA.Rank), MaxLoras: 2}
+	}
+	return opts
 }
 
 // ErrRunDirInUse: output_dir holds an earlier run and neither --resume nor

@@ -18,6 +18,19 @@ type LoRALaunch struct {
 	MaxLoras int // --max-loras: adapters resident at once (>= staleness + 1)
 }
 
+// LoRARank is the --max-lora-rank that serves adapters of rank: the
+// smallest size vLLM allows that holds it (vLLM accepts only 1, 8, 16, 32,
+// 64, 128, 256, 320 and 512). Above 512 it is rank itself, which vLLM
+// refuses with its own message.
+func LoRARank(rank int) int {
+	for _, allowed := range [...]int{1, 8, 16, 32, 64, 128, 256, 320, 512} {
+		if allowed >= rank {
+			return allowed
+		}
+	}
+	return rank
+}
+
 // LaunchConfig describes the command of every replica; the port and GPUs are
 // per replica.
 type LaunchConfig struct {

@@ -148,3 +148,15 @@ func TestStatusWriterKeepsErrorTail(t *testing.T) {
 	_, _ = j.Write([]byte(`{"level":"info","message":"Application startup complete."}` + "\n" + `{"level":"error","error":"listen: address in use"}` + "\n"))
 	assert.Equal(t, `{"level":"error","error":"listen: address in use"}`, j.Tail())
 }
+
+func TestLoRARank(t *testing.T) {
+	tests := []struct{ rank, want int }{
+		{1, 1}, {2, 8}, {4, 8}, {8, 8}, {9, 16}, {16, 16}, {33, 64}, {257, 320}, {320, 320}, {321, 512}, {512, 512},
+		{600, 600}, // above vLLM's largest size: passed on for vLLM to refuse
+	}
+	for _, tt := range tests {
+		t.Run(itoa(tt.rank), func(t *testing.T) {
+			assert.Equal(t, tt.want, vllm.LoRARank(tt.rank))
+		})
+	}
+}

@@ -1,20 +1,13 @@
-package engine
+package serve
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,160 +15,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
-const toyVocab = 8
-
-// toyWeights are the toy model's "weights": logit(j) = Slope·j (+ the
-// adapter's Slope). They live in a weights.json file, so reloads and
-// adapters go through real directories.
-type toyWeights struct {
-	Slope float64 `json:"slope"`
-}
-
-func writeToyWeights(t testing.TB, dir string, w toyWeights) {
-	t.Helper()
-	b, _ := json.Marshal(w)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "weights.json"), b, 0o644))
-}
-
-func readToyWeights(dir string) (toyWeights, error) {
-	var w toyWeights
-	b, err := os.ReadFile(filepath.Join(dir, "weights.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &w)
-	}
-	return w, err
-}
-
-// toyBackend is a pure-Go ServeBackend: a softmax over toyVocab logits,
-// sampled with the request's seed, so log-probs are exact and move when the
-// weights or the adapter change.
-type toyBackend struct {
-	mu       sync.Mutex
-	base     toyWeights
-	adapters map[string]toyWeights
-	reloads  []string
-	delay    time.Duration // per batch, to hold requests in flight
-	batches  atomic.Int64
-}
-
-func newToyBackend(slope float64) *toyBackend {
-	return &toyBackend{base: toyWeights{Slope: slope}, adapters: map[string]toyWeights{}}
-}
-
-func (b *toyBackend) SampleBatch(ctx context.Context, adapter string, reqs []Request) ([]Result, error) {
-	b.batches.Add(1)
-	if b.delay > 0 {
-		select {
-		case <-time.After(b.delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	b.mu.Lock()
-	slope := b.base.Slope
-	if adapter != "" {
-		a, ok := b.adapters[adapter]
-		if !ok {
-			b.mu.Unlock()
-			return nil, fmt.Errorf("no adapter %q", adapter)
-		}
-		slope += a.Slope
-	}
-	b.mu.Unlock()
-	out := make([]Result, len(reqs))
-	for i, r := range reqs {
-		out[i] = toySample(r, slope)
-	}
-	return out, nil
-}
-
-// toySample is the toy model's reference sampler (the "builtin" result).
-func toySample(r Request, slope float64) Result {
-	rng := rand.New(rand.NewPCG(uint64(r.Seed), 7))
-	logits := make([]float64, toyVocab)
-	var z float64
-	for j := range logits {
-		logits[j] = slope * float64(j) / math.Max(r.Sampling.Temperature, 1e-6)
-		z += math.Exp(logits[j])
-	}
-	res := Result{StopReason: StopLength}
-	for len(res.IDs) < r.MaxTokens {
-		u, acc, id := rng.Float64()*z, 0.0, toyVocab-1
-		for j, l := range logits {
-			if acc += math.Exp(l); u < acc {
-				id = j
-				break
-			}
-		}
-		res.IDs = append(res.IDs, int32(id))
-		res.Logprobs = append(res.Logprobs, float32(logits[id]-math.Log(z)))
-		if containsID(r.StopIDs, int32(id)) {
-			res.StopReason = StopToken
-			break
-		}
-	}
-	return res
-}
-
-func containsID(ids []int32, id int32) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
-
-func (b *toyBackend) ReloadWeights(ctx context.Context, dir string) error {
-	w, err := readToyWeights(dir)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.base = w
-	b.reloads = append(b.reloads, dir)
-	return nil
-}
-
-func (b *toyBackend) LoadAdapter(ctx context.Context, name, dir string) error {
-	w, err := readToyWeights(dir)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.adapters[name] = w
-	return nil
-}
-
-func (b *toyBackend) UnloadAdapter(ctx context.Context, name string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.adapters, name)
-	return nil
-}
-
-func (b *toyBackend) Detokenize(ids []int32) string {
-	var sb strings.Builder
-	for _, id := range ids {
-		sb.WriteByte(byte('a' + id))
-	}
-	return sb.String()
-}
-
 type toyServer struct {
 	*httptest.Server
-	backend *toyBackend
+	backend *servetest.Backend
 	srv     *Server
 }
 
-func startToyServer(t testing.TB, backend *toyBackend, lora bool) *toyServer {
-	srv := NewServer(backend, ServerOptions{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 64, EOSIDs: []int32{7}, LoRA: lora,
-		Batch: BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}, Logger: zerolog.New(zerolog.NewTestWriter(t)),
+func startToyServer(t testing.TB, backend *servetest.Backend, lora bool) *toyServer {
+	srv := NewServer(backend, Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 64, EOSIDs: []int32{7}, LoRA: lora,
+		Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}, Logger: zerolog.New(zerolog.NewTestWriter(t)),
 		Now: func() time.Time { return time.Unix(1700000000, 0) }})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() { hs.Close(); srv.Close() })
@@ -220,7 +73,7 @@ func keys(m map[string]any) []string {
 // non-streaming completion shape (vllm-integration.md §2.1): top-level
 // fields, prompt-major choices, parallel logprob arrays, token ids.
 func TestServeCompletionShape(t *testing.T) {
-	ts := startToyServer(t, newToyBackend(0.3), false)
+	ts := startToyServer(t, servetest.NewBackend(0.3), false)
 	code, body := post(t, ts.URL+"/v1/completions",
 		`{"model":"toy","prompt":[[1,2,3],[4,5]],"max_tokens":4,"n":2,"seed":11,"temperature":1.0,"top_p":1.0,"top_k":-1,
 		  "logprobs":0,"return_token_ids":true,"ignore_eos":true,"stop_token_ids":[]}`)
@@ -271,7 +124,7 @@ func TestServeCompletionShape(t *testing.T) {
 // n uses seed+j, stop ids end a completion (included, with stop_reason),
 // EOS stops unless ignore_eos.
 func TestServeSeedsAndStops(t *testing.T) {
-	ts := startToyServer(t, newToyBackend(0.3), false)
+	ts := startToyServer(t, servetest.NewBackend(0.3), false)
 	c, err := vllm.NewClient(ts.URL, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -286,7 +139,7 @@ func TestServeSeedsAndStops(t *testing.T) {
 	for j := range 3 {
 		single := req(40+int64(j), 1, nil, true)
 		assert.Equal(t, single.Choices[0].TokenIDs, group.Choices[j].TokenIDs, "sample %d uses seed+%d", j, j)
-		want := toySample(Request{PromptIDs: []int32{1}, MaxTokens: 12, Sampling: SamplingParams{Temperature: 1, TopP: 1}, Seed: 40 + int64(j)}, 0.3)
+		want := servetest.Sample(engine.Request{PromptIDs: []int32{1}, MaxTokens: 12, Sampling: engine.SamplingParams{Temperature: 1, TopP: 1}, Seed: 40 + int64(j)}, 0.3)
 		assert.Equal(t, want.IDs, single.Choices[0].TokenIDs)
 	}
 	// Find a seed whose free-running sample contains both 5 and 7 (EOS).
@@ -320,7 +173,7 @@ func indexOf(ids []int32, id int32) int {
 }
 
 func TestServeRejectsWhatItCannotHonour(t *testing.T) {
-	ts := startToyServer(t, newToyBackend(0), false)
+	ts := startToyServer(t, servetest.NewBackend(0), false)
 	tests := []struct {
 		name, body string
 		code       int
@@ -354,14 +207,14 @@ func TestServeRejectsWhatItCannotHonour(t *testing.T) {
 }
 
 func TestServeModelsAndLoRARoutes(t *testing.T) {
-	backend := newToyBackend(0)
+	backend := servetest.NewBackend(0)
 	ts := startToyServer(t, backend, true)
 	code, body := get(t, ts.URL+"/v1/models")
 	require.Equal(t, 200, code)
 	assert.JSONEq(t, `{"object":"list","data":[{"id":"toy","object":"model","created":1700000000,"owned_by":"vllm","root":"/models/toy","parent":null,"max_model_len":64}]}`, body)
 
 	dir := t.TempDir()
-	writeToyWeights(t, dir, toyWeights{Slope: 1})
+	servetest.WriteWeights(t, dir, servetest.Weights{Slope: 1})
 	code, body = post(t, ts.URL+"/v1/load_lora_adapter", `{"lora_name":"policy-v1","lora_path":"`+dir+`"}`)
 	assert.Equal(t, 200, code)
 	assert.Equal(t, "Success: LoRA adapter 'policy-v1' added successfully.", body, "vLLM answers plain text")
@@ -396,14 +249,14 @@ func TestServeModelsAndLoRARoutes(t *testing.T) {
 
 	// Without LoRA the routes do not exist, as in vLLM without
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING: the framework's bare 404.
-	plain := startToyServer(t, newToyBackend(0), false)
+	plain := startToyServer(t, servetest.NewBackend(0), false)
 	code, body = post(t, plain.URL+"/v1/load_lora_adapter", `{"lora_name":"a","lora_path":"/x"}`)
 	assert.Equal(t, 404, code)
 	assert.JSONEq(t, `{"detail":"Not Found"}`, body)
 }
 
 func TestServeControlRoutes(t *testing.T) {
-	backend := newToyBackend(0)
+	backend := servetest.NewBackend(0)
 	ts := startToyServer(t, backend, false)
 	code, body := get(t, ts.URL+"/health")
 	assert.Equal(t, 200, code)
@@ -419,12 +272,12 @@ func TestServeControlRoutes(t *testing.T) {
 	assert.Equal(t, 400, code)
 
 	dir := t.TempDir()
-	writeToyWeights(t, dir, toyWeights{Slope: 2})
+	servetest.WriteWeights(t, dir, servetest.Weights{Slope: 2})
 	code, body = post(t, ts.URL+"/collective_rpc", `{"method":"reload_weights","kwargs":{"weights_path":"`+dir+`"},"timeout":60}`)
 	assert.Equal(t, 200, code, body)
 	assert.JSONEq(t, `{"results":[null]}`, body)
-	assert.Equal(t, []string{dir}, backend.reloads)
-	assert.Equal(t, 2.0, backend.base.Slope)
+	assert.Equal(t, []string{dir}, backend.Reloads())
+	assert.Equal(t, 2.0, backend.Slope())
 	code, body = post(t, ts.URL+"/collective_rpc", `{"method":"sleep"}`)
 	assert.Equal(t, 400, code)
 	assert.Contains(t, body, "implements only reload_weights")
@@ -442,7 +295,7 @@ func TestServeControlRoutes(t *testing.T) {
 // wait for resume; pause?mode=abort ends in-flight ones with
 // finish_reason "abort".
 func TestServePauseHoldsAndAbortsRequests(t *testing.T) {
-	backend := newToyBackend(0)
+	backend := servetest.NewBackend(0)
 	ts := startToyServer(t, backend, false)
 	body := `{"model":"toy","prompt":[1],"max_tokens":2,"seed":3,"logprobs":0,"return_token_ids":true,"ignore_eos":true}`
 	code, _ := post(t, ts.URL+"/pause?mode=wait", "")
@@ -462,10 +315,10 @@ func TestServePauseHoldsAndAbortsRequests(t *testing.T) {
 		t.Fatal("request not served after resume")
 	}
 
-	backend.delay = 2 * time.Second
+	backend.Delay = 2 * time.Second
 	got := make(chan string, 1)
 	go func() { _, b := post(t, ts.URL+"/v1/completions", body); got <- b }()
-	require.Eventually(t, func() bool { return backend.batches.Load() >= 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return backend.Batches.Load() >= 2 }, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
 	code, _ = post(t, ts.URL+"/pause?mode=abort", "")
 	require.Equal(t, 200, code)
@@ -478,7 +331,7 @@ func TestServePauseHoldsAndAbortsRequests(t *testing.T) {
 }
 
 func TestServeUnknownRoute(t *testing.T) {
-	ts := startToyServer(t, newToyBackend(0), false)
+	ts := startToyServer(t, servetest.NewBackend(0), false)
 	code, body := get(t, ts.URL+"/v1/chat/completions")
 	assert.Equal(t, 404, code)
 	assert.JSONEq(t, `{"detail":"Not Found"}`, body)
@@ -494,7 +347,7 @@ func FuzzServeCompletionBody(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	srv := NewServer(newToyBackend(0.1), ServerOptions{ModelName: "toy", MaxModelLen: 32, Batch: BuiltinOptions{MaxBatch: 4}})
+	srv := NewServer(servetest.NewBackend(0.1), Options{ModelName: "toy", MaxModelLen: 32, Batch: engine.BuiltinOptions{MaxBatch: 4}})
 	defer srv.Close()
 	f.Fuzz(func(t *testing.T, body string) {
 		if len(body) > 4000 {

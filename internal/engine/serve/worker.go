@@ -1,8 +1,9 @@
-package cli
+package serve
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -11,18 +12,38 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
-// workerServeBackend is serve-engine's engine.ServeBackend over the libtorch
-// worker. One mutex orders sampling, weight reloads and adapter swaps, so a
-// batch never sees half-written weights.
-type workerServeBackend struct {
+// WorkerOptions say which model serve-engine loads and how.
+type WorkerOptions struct {
+	ModelDir string
+	// WorkerLib and Getenv find the worker library (worker.FindLibrary:
+	// WorkerLib if set, else $ORTRAIN_WORKER_LIB and the usual places).
+	WorkerLib string
+	Getenv    func(string) string
+	Device    string // cpu, cuda, cuda:N
+	DType     string // empty: the device's default
+	Threads   int    // 0: libtorch's default
+	Seed      int64  // for requests that give none
+	// LoRARank > 0 serves runtime-loaded adapters of rank up to LoRARank.
+	LoRARank int
+	Logger   zerolog.Logger
+}
+
+// WorkerBackend is serve-engine's Backend over the libtorch worker. One
+// mutex orders sampling, weight reloads and adapter swaps, so a batch never
+// sees half-written weights.
+type WorkerBackend struct {
 	mu  sync.Mutex
+	lib *worker.Library
 	m   *worker.Model
+	cfg *model.Config
 	tok *chat.Tokenizer
 
 	// LoRA: the worker holds one adapter slot of rank loraRank (scale 1);
@@ -35,7 +56,67 @@ type workerServeBackend struct {
 	stale    bool   // the slot must be rewritten before the next batch
 }
 
-func (b *workerServeBackend) initLoRA() error {
+// OpenWorker loads the worker library and the model directory; Close
+// releases both.
+func OpenWorker(ctx context.Context, o WorkerOptions) (*WorkerBackend, error) {
+	cfg, err := model.LoadConfig(o.ModelDir)
+	if err != nil {
+		return nil, fmt.Errorf("--model: %w", err)
+	}
+	path, _, err := worker.FindLibrary(o.WorkerLib, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := worker.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	mo := worker.ModelOptions{Dir: o.ModelDir, Device: o.Device, DType: o.DType, Threads: o.Threads, Seed: o.Seed}
+	if o.LoRARank > 0 {
+		// Scale 1 (alpha = rank): each adapter's own alpha/r is folded into
+		// its B matrix when it is installed.
+		mo.LoRA = &worker.LoRAOptions{Rank: o.LoRARank, Alpha: float64(o.LoRARank)}
+	}
+	m, err := lib.LoadModel(ctx, mo)
+	if err != nil {
+		lib.Close()
+		return nil, err
+	}
+	b := &WorkerBackend{lib: lib, m: m, cfg: cfg}
+	if tok, err := chat.LoadTokenizer(o.ModelDir); err == nil {
+		b.tok = tok
+	} else {
+		o.Logger.Warn().Err(err).Msg("no tokenizer: completion text will be empty (token ids are unaffected)")
+	}
+	if o.LoRARank > 0 {
+		if err := b.initLoRA(); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Close releases the model and the worker library.
+func (b *WorkerBackend) Close() error {
+	return errors.Join(b.m.Close(), b.lib.Close())
+}
+
+// MaxPositionEmbeddings is the model's context length (the default
+// --max-model-len).
+func (b *WorkerBackend) MaxPositionEmbeddings() int { return b.cfg.MaxPositionEmbeddings }
+
+// EOSIDs are the model's end-of-sequence ids (stop ids unless a request
+// sets ignore_eos).
+func (b *WorkerBackend) EOSIDs() []int32 {
+	ids := make([]int32, 0, len(b.cfg.EOSTokenID))
+	for _, id := range b.cfg.EOSTokenID {
+		ids = append(ids, int32(id))
+	}
+	return ids
+}
+
+func (b *WorkerBackend) initLoRA() error {
 	info, err := b.m.Tensors(worker.KindLoRA)
 	if err != nil {
 		return fmt.Errorf("list LoRA tensors: %w", err)
@@ -49,7 +130,7 @@ func (b *workerServeBackend) initLoRA() error {
 	return nil
 }
 
-func (b *workerServeBackend) SampleBatch(ctx context.Context, adapter string, reqs []engine.Request) ([]engine.Result, error) {
+func (b *WorkerBackend) SampleBatch(ctx context.Context, adapter string, reqs []engine.Request) ([]engine.Result, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.loraInfo != nil && (adapter != b.current || b.stale) {
@@ -64,7 +145,7 @@ func (b *workerServeBackend) SampleBatch(ctx context.Context, adapter string, re
 
 // install writes adapter's tensors into the worker's slot; modules the
 // adapter does not cover get a zero B, so they contribute nothing.
-func (b *workerServeBackend) install(adapter string) error {
+func (b *WorkerBackend) install(adapter string) error {
 	have := map[string]model.Tensor{}
 	for _, t := range b.adapters[adapter] {
 		have[t.Name] = t
@@ -87,7 +168,7 @@ func (b *workerServeBackend) install(adapter string) error {
 	return nil
 }
 
-func (b *workerServeBackend) ReloadWeights(ctx context.Context, dir string) error {
+func (b *WorkerBackend) ReloadWeights(ctx context.Context, dir string) error {
 	tensors, err := model.ReadModelTensors(dir)
 	if err != nil {
 		return fmt.Errorf("reload weights: %w", err)
@@ -134,7 +215,7 @@ type peftConfig struct {
 	TargetModules []string `json:"target_modules"`
 }
 
-func (b *workerServeBackend) LoadAdapter(ctx context.Context, name, dir string) error {
+func (b *WorkerBackend) LoadAdapter(ctx context.Context, name, dir string) error {
 	if b.loraInfo == nil {
 		return fmt.Errorf("load adapter %q: serve-engine runs without --enable-lora", name)
 	}
@@ -246,7 +327,7 @@ func encodeFloats(v []float32, dt model.DType) ([]byte, error) {
 	return nil, fmt.Errorf("LoRA slot dtype %s is not supported", dt)
 }
 
-func (b *workerServeBackend) UnloadAdapter(ctx context.Context, name string) error {
+func (b *WorkerBackend) UnloadAdapter(ctx context.Context, name string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.adapters, name)
@@ -256,7 +337,7 @@ func (b *workerServeBackend) UnloadAdapter(ctx context.Context, name string) err
 	return nil
 }
 
-func (b *workerServeBackend) Detokenize(ids []int32) string {
+func (b *WorkerBackend) Detokenize(ids []int32) string {
 	if b.tok == nil {
 		return ""
 	}

@@ -1,4 +1,9 @@
-package engine
+// Package serve is `ortrain serve-engine`: an HTTP server that imitates the
+// subset of vLLM's API ortrain uses, over a Backend that samples batches;
+// WorkerBackend is that backend over the libtorch worker, with LoRA adapters
+// swapped through one slot. It lets the vLLM engine path run and be tested
+// without vLLM.
+package serve
 
 import (
 	"context"
@@ -15,15 +20,16 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
-// ServeBackend is what `ortrain serve-engine` serves: a model that samples
+// Backend is what `ortrain serve-engine` serves: a model that samples
 // batches (with a named LoRA adapter, "" for the base weights) and takes new
 // weights. The HTTP layer is tested over a pure-Go backend; the command wires
 // the libtorch worker.
-type ServeBackend interface {
-	SampleBatch(ctx context.Context, adapter string, reqs []Request) ([]Result, error)
+type Backend interface {
+	SampleBatch(ctx context.Context, adapter string, reqs []engine.Request) ([]engine.Result, error)
 	// ReloadWeights loads HF-named safetensors from dir into the base model.
 	ReloadWeights(ctx context.Context, dir string) error
 	// LoadAdapter reads the PEFT adapter in dir under name (replacing one of
@@ -34,8 +40,8 @@ type ServeBackend interface {
 	Detokenize(ids []int32) string
 }
 
-// ServerOptions describe the served model.
-type ServerOptions struct {
+// Options describe the served model.
+type Options struct {
 	ModelName   string  // the served name clients send as "model"
 	ModelRoot   string  // the model directory (/v1/models "root"; reload default)
 	MaxModelLen int     // prompt + completion cap (0: unbounded)
@@ -44,7 +50,7 @@ type ServerOptions struct {
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
 	LoRA bool
 	// Batch shapes request batching (MaxBatch, Linger, Timeout).
-	Batch  BuiltinOptions
+	Batch  engine.BuiltinOptions
 	Logger zerolog.Logger
 	Now    func() time.Time
 }
@@ -53,32 +59,32 @@ type ServerOptions struct {
 // shapes: /health, /v1/models, /v1/completions (token ids in and out,
 // sampler log-probs), /pause, /resume, /is_paused, /collective_rpc
 // reload_weights, /reset_prefix_cache and the LoRA adapter routes.
-// Concurrent completions are batched per adapter by a Builtin.
+// Concurrent completions are batched per adapter by an engine.Builtin.
 type Server struct {
-	backend ServeBackend
-	opts    ServerOptions
+	backend Backend
+	opts    Options
 	mux     *http.ServeMux
-	gate    *pauseGate
+	gate    *vllm.PauseGate
 
 	mu       sync.Mutex
 	adapters map[string]string // name -> path
-	batchers map[string]*Builtin
+	batchers map[string]*engine.Builtin
 }
 
 // NewServer builds the server; Close stops its batchers.
-func NewServer(b ServeBackend, opts ServerOptions) *Server {
+func NewServer(b Backend, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: newPauseGate(),
-		adapters: map[string]string{}, batchers: map[string]*Builtin{}}
+	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: vllm.NewPauseGate(),
+		adapters: map[string]string{}, batchers: map[string]*engine.Builtin{}}
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	s.mux.HandleFunc("POST /pause", s.handlePause)
 	s.mux.HandleFunc("POST /resume", s.handleResume)
 	s.mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.isPaused()})
+		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.Paused()})
 	})
 	s.mux.HandleFunc("POST /collective_rpc", s.handleCollectiveRPC)
 	s.mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +108,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// Close stops the batchers; in-flight requests fail with ErrClosed.
+// Close stops the batchers; in-flight requests fail with engine.ErrClosed.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -151,46 +157,39 @@ type completionBody struct {
 	Stream                 bool            `json:"stream"`
 }
 
-// badRequest is a request serve-engine refuses, with vLLM's 400 shape.
-type badRequest struct{ msg string }
-
-func (e *badRequest) Error() string { return e.msg }
-
-func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
-
 // parse validates the body against what the builtin engine can honour and
-// returns the prompts and one Request per prompt (seeds are set per sample).
-func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
+// returns the prompts and one engine.Request per prompt (seeds are set per sample).
+func (s *Server) parse(b *completionBody) ([][]int32, engine.Request, int, error) {
 	var prompts [][]int32
 	var one []int32
 	if err := json.Unmarshal(b.Prompt, &one); err == nil && len(one) > 0 {
 		prompts = [][]int32{one}
 	} else if err := json.Unmarshal(b.Prompt, &prompts); err != nil || len(prompts) == 0 {
-		return nil, Request{}, 0, badf("prompt must be a non-empty list of token ids or a list of such lists (serve-engine does not tokenize text)")
+		return nil, engine.Request{}, 0, fmt.Errorf("prompt must be a non-empty list of token ids or a list of such lists (serve-engine does not tokenize text)")
 	}
 	for i, p := range prompts {
 		if len(p) == 0 {
-			return nil, Request{}, 0, badf("prompt %d is empty", i)
+			return nil, engine.Request{}, 0, fmt.Errorf("prompt %d is empty", i)
 		}
 		for _, id := range p {
 			if id < 0 {
-				return nil, Request{}, 0, badf("prompt %d has negative token id %d", i, id)
+				return nil, engine.Request{}, 0, fmt.Errorf("prompt %d has negative token id %d", i, id)
 			}
 		}
 	}
 	switch {
 	case b.Stream:
-		return nil, Request{}, 0, badf("stream is not supported by serve-engine")
+		return nil, engine.Request{}, 0, fmt.Errorf("stream is not supported by serve-engine")
 	case b.PromptLogprobs != nil:
-		return nil, Request{}, 0, badf("prompt_logprobs is not supported by serve-engine")
+		return nil, engine.Request{}, 0, fmt.Errorf("prompt_logprobs is not supported by serve-engine")
 	case b.Logprobs != nil && *b.Logprobs != 0:
-		return nil, Request{}, 0, badf("logprobs=%d: serve-engine returns only the sampled token's log-prob (logprobs=0)", *b.Logprobs)
+		return nil, engine.Request{}, 0, fmt.Errorf("logprobs=%d: serve-engine returns only the sampled token's log-prob (logprobs=0)", *b.Logprobs)
 	case len(b.Stop) > 0 && string(b.Stop) != "null" && string(b.Stop) != "[]":
-		return nil, Request{}, 0, badf("stop strings are not supported by serve-engine; use stop_token_ids")
+		return nil, engine.Request{}, 0, fmt.Errorf("stop strings are not supported by serve-engine; use stop_token_ids")
 	case !neutral(b.RepetitionPenalty, 1) || !neutral(b.PresencePenalty, 0) || !neutral(b.FrequencyPenalty, 0):
-		return nil, Request{}, 0, badf("repetition, presence and frequency penalties are not supported by serve-engine")
+		return nil, engine.Request{}, 0, fmt.Errorf("repetition, presence and frequency penalties are not supported by serve-engine")
 	}
-	req := Request{MaxTokens: 16, Sampling: SamplingParams{Temperature: 1, TopP: 1}, StopIDs: b.StopTokenIDs}
+	req := engine.Request{MaxTokens: 16, Sampling: engine.SamplingParams{Temperature: 1, TopP: 1}, StopIDs: b.StopTokenIDs}
 	if b.MaxTokens != nil {
 		req.MaxTokens = *b.MaxTokens
 	}
@@ -203,7 +202,7 @@ func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
 	if b.TopK != nil && *b.TopK > 0 {
 		req.Sampling.TopK = *b.TopK
 	} else if b.TopK != nil && *b.TopK < -1 {
-		return nil, Request{}, 0, badf("top_k must be -1 (disable), 0 (disable) or at least 1, got %d", *b.TopK)
+		return nil, engine.Request{}, 0, fmt.Errorf("top_k must be -1 (disable), 0 (disable) or at least 1, got %d", *b.TopK)
 	}
 	if b.MinP != nil {
 		req.Sampling.MinP = *b.MinP
@@ -216,21 +215,21 @@ func (s *Server) parse(b *completionBody) ([][]int32, Request, int, error) {
 		n = *b.N
 	}
 	if n < 1 {
-		return nil, Request{}, 0, badf("n must be at least 1, got %d", n)
+		return nil, engine.Request{}, 0, fmt.Errorf("n must be at least 1, got %d", n)
 	}
 	if len(prompts)*n > maxSamplesPerRequest {
-		return nil, Request{}, 0, badf("%d prompts × n=%d asks for more than %d samples in one request", len(prompts), n, maxSamplesPerRequest)
+		return nil, engine.Request{}, 0, fmt.Errorf("%d prompts × n=%d asks for more than %d samples in one request", len(prompts), n, maxSamplesPerRequest)
 	}
 	for _, p := range prompts {
 		if s.opts.MaxModelLen > 0 && len(p)+req.MaxTokens > s.opts.MaxModelLen {
-			return nil, Request{}, 0, badf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			return nil, engine.Request{}, 0, fmt.Errorf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 				s.opts.MaxModelLen, len(p)+req.MaxTokens, len(p), req.MaxTokens)
 		}
 	}
 	probe := req
 	probe.PromptIDs = prompts[0]
 	if err := probe.Validate(); err != nil {
-		return nil, Request{}, 0, badf("%v", err)
+		return nil, engine.Request{}, 0, fmt.Errorf("%v", err)
 	}
 	return prompts, req, n, nil
 }
@@ -256,7 +255,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	ctx, leave, err := s.gate.enter(r.Context())
+	ctx, leave, err := s.gate.Enter(r.Context())
 	if err != nil {
 		return // the client went away while we were paused
 	}
@@ -271,9 +270,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 
 // sampleAll generates n samples per prompt concurrently (the batcher merges
 // them). Sample j of a request with seed S uses seed S+j.
-func (s *Server) sampleAll(ctx context.Context, b *Builtin, prompts [][]int32, base Request, n int, seed *int64) ([]Result, []bool, error) {
+func (s *Server) sampleAll(ctx context.Context, b *engine.Builtin, prompts [][]int32, base engine.Request, n int, seed *int64) ([]engine.Result, []bool, error) {
 	total := len(prompts) * n
-	results := make([]Result, total)
+	results := make([]engine.Result, total)
 	aborted := make([]bool, total)
 	errs := make([]error, total)
 	var wg sync.WaitGroup
@@ -289,7 +288,7 @@ func (s *Server) sampleAll(ctx context.Context, b *Builtin, prompts [][]int32, b
 		go func() {
 			defer wg.Done()
 			results[i], errs[i] = b.Generate(ctx, req)
-			if errs[i] != nil && ctx.Err() != nil && s.gate.aborting() {
+			if errs[i] != nil && ctx.Err() != nil && s.gate.Aborting() {
 				aborted[i], errs[i] = true, nil
 			}
 		}()
@@ -311,7 +310,7 @@ func randomSeed() int64 {
 	return v
 }
 
-func (s *Server) response(body *completionBody, prompts [][]int32, n int, results []Result, aborted []bool) vllm.CompletionResponse {
+func (s *Server) response(body *completionBody, prompts [][]int32, n int, results []engine.Result, aborted []bool) vllm.CompletionResponse {
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])
 	resp := vllm.CompletionResponse{ID: "cmpl-" + hex.EncodeToString(idb[:]), Object: "text_completion", Created: s.opts.Now().Unix(), Model: body.Model}
@@ -324,7 +323,7 @@ func (s *Server) response(body *completionBody, prompts [][]int32, n int, result
 		switch {
 		case aborted[i]:
 			finish = vllm.FinishAbort
-		case res.StopReason == StopToken && len(res.IDs) > 0:
+		case res.StopReason == engine.StopToken && len(res.IDs) > 0:
 			finish = vllm.FinishStop
 			if !isEOS(res.IDs[len(res.IDs)-1], s.opts.EOSIDs) || body.IgnoreEOS {
 				c.StopReason = json.RawMessage(strconv.Itoa(int(res.IDs[len(res.IDs)-1])))
@@ -354,7 +353,7 @@ func isEOS(id int32, eos []int32) bool {
 	return false
 }
 
-func (s *Server) logprobs(res Result, asIDs bool) *vllm.ChoiceLogprobs {
+func (s *Server) logprobs(res engine.Result, asIDs bool) *vllm.ChoiceLogprobs {
 	lp := &vllm.ChoiceLogprobs{TextOffset: []int{}, TokenLogprobs: []float64{}, Tokens: []string{}, TopLogprobs: []map[string]float64{}}
 	off := 0
 	for i, id := range res.IDs {
@@ -374,7 +373,7 @@ func (s *Server) logprobs(res Result, asIDs bool) *vllm.ChoiceLogprobs {
 
 // batcher returns the batcher for a model name: the base model or a loaded
 // adapter. vLLM answers an unknown model with 404.
-func (s *Server) batcher(model string) (*Builtin, error) {
+func (s *Server) batcher(model string) (*engine.Builtin, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	adapter := ""
@@ -387,17 +386,17 @@ func (s *Server) batcher(model string) (*Builtin, error) {
 	if b, ok := s.batchers[adapter]; ok {
 		return b, nil
 	}
-	b := NewBuiltin(adapterSampler{s.backend, adapter}, s.opts.Batch)
+	b := engine.NewBuiltin(adapterSampler{s.backend, adapter}, s.opts.Batch)
 	s.batchers[adapter] = b
 	return b, nil
 }
 
 type adapterSampler struct {
-	backend ServeBackend
+	backend Backend
 	adapter string
 }
 
-func (a adapterSampler) SampleBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+func (a adapterSampler) SampleBatch(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
 	return a.backend.SampleBatch(ctx, a.adapter, reqs)
 }
 
@@ -410,7 +409,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("mode %q: want abort, wait or keep", mode))
 		return
 	}
-	if err := s.gate.pause(r.Context(), mode); err != nil {
+	if err := s.gate.Pause(r.Context(), mode); err != nil {
 		writeError(w, http.StatusInternalServerError, "pause: "+err.Error())
 		return
 	}
@@ -418,7 +417,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	s.gate.resume()
+	s.gate.Resume()
 	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "resumed"})
 }
 

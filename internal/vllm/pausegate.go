@@ -1,15 +1,16 @@
-package engine
+package vllm
 
 import (
 	"context"
 	"sync"
-
-	"github.com/ortrain/ortrain/internal/vllm"
 )
 
-// pauseGate holds new completions while paused and tracks in-flight ones so
-// pause can drain (wait, keep) or cancel (abort) them.
-type pauseGate struct {
+// PauseGate is /pause and /resume on the request path, with vLLM's modes:
+// it holds new completions while paused and tracks in-flight ones so Pause
+// can drain (wait, keep) or cancel (abort) them. The vLLM backend uses it to
+// hold requests during a weight sync, serve-engine to serve /pause. The zero
+// value is not usable; call NewPauseGate.
+type PauseGate struct {
 	mu       sync.Mutex
 	paused   bool
 	abort    bool
@@ -19,14 +20,16 @@ type pauseGate struct {
 	drained  chan struct{} // closed when inflight drops to zero during a pause
 }
 
-func newPauseGate() *pauseGate {
-	g := &pauseGate{resumed: make(chan struct{}), inflight: map[int]context.CancelFunc{}}
+// NewPauseGate returns an open (not paused) gate.
+func NewPauseGate() *PauseGate {
+	g := &PauseGate{resumed: make(chan struct{}), inflight: map[int]context.CancelFunc{}}
 	close(g.resumed)
 	return g
 }
 
-// enter waits while paused, then registers a request; leave unregisters it.
-func (g *pauseGate) enter(ctx context.Context) (context.Context, func(), error) {
+// Enter waits while paused, then registers a request: the returned context
+// is cancelled by an abort-mode Pause, and leave unregisters the request.
+func (g *PauseGate) Enter(ctx context.Context) (context.Context, func(), error) {
 	for {
 		g.mu.Lock()
 		if !g.paused {
@@ -56,16 +59,16 @@ func (g *pauseGate) enter(ctx context.Context) (context.Context, func(), error) 
 	}
 }
 
-// pause stops new requests and returns once in-flight ones have finished
+// Pause stops new requests and returns once in-flight ones have finished
 // (abort cancels them first; they answer with finish_reason "abort").
 // keep cannot freeze a running batch here, so it drains like wait.
-func (g *pauseGate) pause(ctx context.Context, mode string) error {
+func (g *PauseGate) Pause(ctx context.Context, mode string) error {
 	g.mu.Lock()
 	if !g.paused {
 		g.paused = true
 		g.resumed = make(chan struct{})
 	}
-	g.abort = mode == vllm.PauseAbort
+	g.abort = mode == PauseAbort
 	if g.abort {
 		for _, cancel := range g.inflight {
 			cancel()
@@ -88,7 +91,8 @@ func (g *pauseGate) pause(ctx context.Context, mode string) error {
 	}
 }
 
-func (g *pauseGate) resume() {
+// Resume lets held and new requests through.
+func (g *PauseGate) Resume() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused {
@@ -97,6 +101,9 @@ func (g *pauseGate) resume() {
 	}
 }
 
-func (g *pauseGate) isPaused() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.paused }
+// Paused reports whether the gate holds new requests.
+func (g *PauseGate) Paused() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.paused }
 
-func (g *pauseGate) aborting() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.abort }
+// Aborting reports whether the current pause cancelled in-flight requests
+// (their errors are aborts, not failures).
+func (g *PauseGate) Aborting() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.abort }
