@@ -23,8 +23,11 @@ type trainPolicy interface {
 	Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error)
 	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error)
 	OptimizerStep(ctx context.Context, lr float64) (gradNorm float64, err error)
-	// SaveCheckpoint writes weights and optimizer state into dir.
+	// writeCheckpoint writes weights and optimizer state into dir.
 	writeCheckpoint(ctx context.Context, dir string) error
+	// DiscardGradients zeroes what the micro-steps of an unfinished step
+	// accumulated.
+	DiscardGradients(ctx context.Context) error
 }
 
 // LossStats are the sums and counts of one micro-batch, so reductions over
@@ -100,6 +103,14 @@ type stepLoop struct {
 	round     []grpo.MicroBatch
 	numTokens int // cumulative prompt + sampled tokens (TRL num_tokens)
 
+	// done is the loop as of the last completed optimizer step: what a
+	// checkpoint holds, and what a failed or interrupted step rolls back to.
+	done snapshot
+	// pending holds the trajectories of the step in progress; they reach
+	// OnTrajectory only once the step completes, so the log never holds
+	// rollouts that were not trained on.
+	pending []func()
+
 	// Hooks for the CLI: metrics sink, trajectory sink, progress.
 	OnMetrics     func(StepMetrics)
 	OnTrajectory  func(step int, t *rollout.Trajectory, reward, advantage float64)
@@ -117,7 +128,8 @@ func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p tr
 // Step returns the number of optimizer steps taken.
 func (l *stepLoop) Step() int { return l.step }
 
-// State is what a checkpoint needs to resume the loop exactly.
+// State is what a checkpoint needs to resume the loop exactly (with the
+// partly consumed round, saved beside it).
 type State struct {
 	Step      int          `json:"step"`
 	MicroStep int          `json:"micro_step"`
@@ -125,21 +137,70 @@ type State struct {
 	Sampler   samplerState `json:"sampler"`
 }
 
-// State returns the loop's resumable state. A checkpoint is taken at an
-// optimizer-step boundary; a partly consumed round is regenerated on resume.
-func (l *stepLoop) State() State {
-	return State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
+// snapshot is the loop at an optimizer-step boundary.
+type snapshot struct {
+	state State
+	// round is the generation round later steps still train on (nil when
+	// the last step consumed it).
+	round []grpo.MicroBatch
 }
 
-// Restore resumes from a checkpoint's state.
-func (l *stepLoop) Restore(st State) error {
+// State returns the state of the last completed step.
+func (l *stepLoop) State() State { return l.done.state }
+
+// PendingRound is the round the next steps train on before generating a
+// new one; a checkpoint saves it so resume trains on the same samples.
+func (l *stepLoop) PendingRound() []grpo.MicroBatch { return l.done.round }
+
+// commit marks the current position as the last completed step.
+func (l *stepLoop) commit() {
+	st := State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
+	var round []grpo.MicroBatch
+	if l.round != nil && l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) != 0 {
+		round = l.round
+	}
+	l.done = snapshot{state: st, round: round}
+	for _, write := range l.pending {
+		write()
+	}
+	l.pending = nil
+}
+
+// rollback returns to the last completed step after a step failed or was
+// interrupted part-way: position, sampler and round as they were, the
+// unfinished step's rollouts dropped and its gradients zeroed.
+func (l *stepLoop) rollback() error {
+	st := l.done.state
+	if err := l.sampler.Restore(st.Sampler); err != nil {
+		return err
+	}
+	l.step, l.microStep, l.numTokens, l.round = st.Step, st.MicroStep, st.NumTokens, l.done.round
+	l.pending = nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return l.policy.DiscardGradients(ctx)
+}
+
+// Restore resumes from a checkpoint's state and the round it saved.
+func (l *stepLoop) Restore(st State, round []grpo.MicroBatch) error {
 	if err := l.sampler.Restore(st.Sampler); err != nil {
 		return err
 	}
 	l.step, l.microStep, l.numTokens = st.Step, st.MicroStep, st.NumTokens
-	l.round = nil
+	l.round = round
+	l.done = snapshot{state: st, round: round}
 	return nil
 }
+
+// OptimizerError is a failed optimizer step: the weights may be partly
+// updated, so no checkpoint is written from them.
+type OptimizerError struct {
+	Step int
+	Err  error
+}
+
+func (e *OptimizerError) Error() string { return fmt.Sprintf("step %d: optimizer: %v", e.Step, e.Err) }
+func (e *OptimizerError) Unwrap() error { return e.Err }
 
 // ErrTooManyFailures stops a run whose rollouts fail for infrastructure reasons.
 var ErrTooManyFailures = errors.New("too many failed rollouts")
@@ -169,8 +230,18 @@ func (l *stepLoop) Run(ctx context.Context) error {
 
 // TrainStep is one optimizer step: GA micro-steps, each on the next
 // micro-batch of the current round (a new round is generated when the
-// previous one has been consumed mu times), then the optimizer and a weight sync.
-func (l *stepLoop) TrainStep(ctx context.Context) (StepMetrics, error) {
+// previous one has been consumed mu times), then the optimizer and a weight
+// sync. It is all or nothing: a step that fails or is interrupted before the
+// optimizer ran leaves the loop at the previous step boundary.
+func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
+	first := l.step
+	defer func() {
+		if err != nil && l.step == first {
+			if rerr := l.rollback(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("roll back step %d: %w", l.step+1, rerr))
+			}
+		}
+	}()
 	start := time.Now()
 	m := StepMetrics{Extra: map[string]float64{}}
 	var stats []lossStats
@@ -195,9 +266,10 @@ func (l *stepLoop) TrainStep(ctx context.Context) (StepMetrics, error) {
 	gn, err := l.policy.OptimizerStep(ctx, lr)
 	m.TrainTime += time.Since(t0)
 	if err != nil {
-		return m, fmt.Errorf("step %d: optimizer: %w", l.step+1, err)
+		return m, &OptimizerError{Step: l.step + 1, Err: err}
 	}
 	l.step++
+	l.commit()
 	t0 = time.Now()
 	if err := l.gen.SyncWeights(ctx, l.step); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
@@ -266,9 +338,11 @@ func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
 	l.numTokens += rm.PromptTokens + rm.SampledTokens
 	m.Round = rm
 	m.Rounds++
-	for i, t := range trajs {
-		if l.OnTrajectory != nil {
-			l.OnTrajectory(l.step+1, t, rewards[i], adv.A[i])
+	if l.OnTrajectory != nil {
+		step := l.step + 1
+		for i, t := range trajs {
+			reward, a := rewards[i], adv.A[i]
+			l.pending = append(l.pending, func() { l.OnTrajectory(step, t, reward, a) })
 		}
 	}
 	return nil

@@ -58,6 +58,7 @@ type recordingPolicy struct {
 	oldLogps     []bool    // whether rows carried old log-probs
 	steps        int
 	logprobCalls int
+	discards     int
 }
 
 func (p *recordingPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
@@ -85,6 +86,8 @@ func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float6
 }
 
 func (p *recordingPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
+
+func (p *recordingPolicy) DiscardGradients(ctx context.Context) error { p.discards++; return nil }
 
 type noSync struct{ calls int }
 

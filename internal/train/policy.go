@@ -56,7 +56,9 @@ func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, 
 	return s.GradNorm, err
 }
 
-// SaveCheckpoint writes the weights (or the LoRA adapter) and the optimizer
+func (p *workerPolicy) DiscardGradients(ctx context.Context) error { return p.m.ZeroGrad(ctx) }
+
+// writeCheckpoint writes the weights (or the LoRA adapter) and the optimizer
 // state into dir.
 func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string) error {
 	if p.lora {

@@ -54,6 +54,8 @@ type Result struct {
 	Checkpoint string
 	First      StepMetrics
 	Last       StepMetrics
+
+	savedStep int // the step res.Checkpoint holds
 }
 
 // Run trains with cfg until max_steps, or until ctx is cancelled: then it
@@ -78,7 +80,12 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	rd, err := openRunDir(cfg, st.modelDir, st.envs, ro, st.lib)
+	if ro.Overwrite {
+		if err := clearEarlierRun(cfg.OutputDir); err != nil {
+			return nil, err
+		}
+	}
+	rd, err := openRunDir(cfg, st.modelDir, st.envs, ro, st.lib, loop.Step())
 	if err != nil {
 		return nil, err
 	}
@@ -114,16 +121,17 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if p.loss, err = cfg.GRPO.LossConfig(); err != nil {
 		return p, err
 	}
-	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
-		return p, fmt.Errorf("create output_dir: %w", err)
+	if ro.Resume {
+		// Before anything is created: --resume without a checkpoint leaves no trace.
+		if p.resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
+			return p, fmt.Errorf("--resume: %w", err)
+		}
 	}
 	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
 		return p, err
 	}
-	if ro.Resume {
-		if p.resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
-			return p, fmt.Errorf("--resume: %w", err)
-		}
+	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
+		return p, fmt.Errorf("create output_dir: %w", err)
 	}
 	return p, nil
 }
@@ -152,33 +160,46 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 	if err := ReadJSON(filepath.Join(plan.resumeDir, "trainer_state.json"), &state); err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
-	if err := loop.Restore(state); err != nil {
+	round, err := readRound(plan.resumeDir)
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	if err := loop.Restore(state, round); err != nil {
 		return nil, fmt.Errorf("--resume from %s: %w", plan.resumeDir, err)
 	}
 	log.Info().Str("checkpoint", plan.resumeDir).Int("step", state.Step).Msg("resumed")
 	return loop, nil
 }
 
-// finishRun writes the final checkpoint of a finished or interrupted run
-// with a fresh, bounded context (the run's context may be cancelled).
+// finishRun writes the checkpoint of the last completed step — after the
+// last step, an interrupt, or a fatal error alike — with a fresh, bounded
+// context (the run's may be cancelled), unless that step is saved already
+// or the optimizer failed mid-update.
 func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *stepLoop, p trainPolicy, res *Result, runErr error) (*Result, error) {
 	res.Steps = loop.Step()
-	if runErr != nil && ctx.Err() == nil {
-		return res, runErr
-	}
-	saveCtx, cancel := context.WithTimeout(context.Background(), max(ro.SaveTimeout, 2*time.Minute))
-	defer cancel()
-	if loop.Step() > 0 {
+	var optErr *OptimizerError
+	if loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr) {
+		saveCtx, cancel := context.WithTimeout(context.Background(), max(ro.SaveTimeout, 2*time.Minute))
 		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, p)
-		if err != nil {
+		cancel()
+		switch {
+		case err != nil && runErr == nil:
 			return res, fmt.Errorf("final checkpoint: %w", err)
+		case err != nil:
+			runErr = errors.Join(runErr, fmt.Errorf("checkpoint of step %d: %w", loop.Step(), err))
+		default:
+			res.Checkpoint, res.savedStep = path, loop.Step()
 		}
-		res.Checkpoint = path
 	}
-	if runErr != nil {
+	switch {
+	case runErr == nil:
+		return res, nil
+	case ctx.Err() != nil:
 		return res, fmt.Errorf("%w at step %d (checkpoint: %s): %v", ErrInterrupted, loop.Step(), res.Checkpoint, runErr)
+	case res.Checkpoint != "":
+		return res, fmt.Errorf("%w (step %d, the last completed one, is saved in %s; continue with --resume)", runErr, res.savedStep, res.Checkpoint)
 	}
-	return res, nil
+	return res, runErr
 }
 
 // startEngine builds the generation backend: the builtin worker (batched),
@@ -235,24 +256,34 @@ var ErrRunDirInUse = errors.New("output_dir holds an earlier run")
 // runFiles are what a run writes; an earlier run is detected by them.
 var runFiles = []string{"metrics.jsonl", "trajectories.jsonl", "checkpoints", "manifest.json", "config.yaml"}
 
-// checkFreshRunDir refuses to mix a new run into an earlier one's files.
-func checkFreshRunDir(dir string, ro RunOptions) error {
-	if ro.Resume {
-		return nil
-	}
+// earlierRun lists the files of an earlier run in dir.
+func earlierRun(dir string) []string {
 	var found []string
 	for _, f := range runFiles {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			found = append(found, f)
 		}
 	}
-	if len(found) == 0 {
+	return found
+}
+
+// checkFreshRunDir refuses to mix a new run into an earlier one's files
+// (it deletes nothing: see clearEarlierRun).
+func checkFreshRunDir(dir string, ro RunOptions) error {
+	if ro.Resume || ro.Overwrite {
 		return nil
 	}
-	if !ro.Overwrite {
+	if found := earlierRun(dir); len(found) > 0 {
 		return fmt.Errorf("%w: %s has %v; pass --resume to continue it, --overwrite to start over, or another --output-dir", ErrRunDirInUse, dir, found)
 	}
-	for _, f := range found {
+	return nil
+}
+
+// clearEarlierRun deletes an earlier run's files for --overwrite. It runs
+// only once the new run has passed its startup checks and is about to
+// write, so a run that cannot start leaves the earlier one intact.
+func clearEarlierRun(dir string) error {
+	for _, f := range earlierRun(dir) {
 		if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
 			return fmt.Errorf("--overwrite: %w", err)
 		}
@@ -379,8 +410,16 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 	return lib, p, nil
 }
 
+// saveCheckpoint writes the last completed step: weights, optimizer, loop
+// state and the round later steps still train on.
 func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPolicy) (string, error) {
-	return writeCheckpoint(dir, loop.Step(), loop.State(), func(tmp string) error { return p.writeCheckpoint(ctx, tmp) })
+	st := loop.State()
+	return writeCheckpoint(dir, st.Step, st, func(tmp string) error {
+		if err := p.writeCheckpoint(ctx, tmp); err != nil {
+			return err
+		}
+		return writeRound(tmp, loop.PendingRound())
+	})
 }
 
 // runDir holds the run directory's open files.
@@ -397,7 +436,9 @@ func (r *runDir) close() {
 
 // openRunDir writes config.yaml and manifest.json and opens the JSONL logs
 // (appending, so a resumed run continues them).
-func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOptions, lib *worker.Library) (*runDir, error) {
+// On resume both logs are first cut back to the checkpoint's step, so a
+// reader sees every step once (a killed run may have logged steps past it).
+func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOptions, lib *worker.Library, step int) (*runDir, error) {
 	y, err := cfg.YAML()
 	if err != nil {
 		return nil, fmt.Errorf("render config: %w", err)
@@ -421,11 +462,19 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOp
 		return nil, err
 	}
 	rd := &runDir{}
-	if rd.metrics, err = openJSONL(filepath.Join(cfg.OutputDir, "metrics.jsonl")); err != nil {
+	metrics, trajectories := filepath.Join(cfg.OutputDir, "metrics.jsonl"), filepath.Join(cfg.OutputDir, "trajectories.jsonl")
+	if ro.Resume {
+		for _, path := range []string{metrics, trajectories} {
+			if err := truncateJSONL(path, step); err != nil {
+				return nil, fmt.Errorf("--resume: %w", err)
+			}
+		}
+	}
+	if rd.metrics, err = openJSONL(metrics); err != nil {
 		return nil, err
 	}
 	if cfg.Logging.LogCompletions {
-		if rd.trajectories, err = openJSONL(filepath.Join(cfg.OutputDir, "trajectories.jsonl")); err != nil {
+		if rd.trajectories, err = openJSONL(trajectories); err != nil {
 			rd.metrics.Close()
 			return nil, err
 		}
@@ -458,6 +507,7 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 	loop.Checkpoint = func(ctx context.Context, step int) error {
 		path, err := saveCheckpoint(ctx, cfg.OutputDir, loop, p)
 		if err == nil {
+			res.Checkpoint, res.savedStep = path, step
 			ro.Logger.Info().Str("path", path).Int("step", step).Msg("checkpoint saved")
 		}
 		return err

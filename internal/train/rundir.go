@@ -2,6 +2,7 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,6 +92,33 @@ func openJSONL(path string) (*jsonlWriter, error) {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
 	return &jsonlWriter{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+// truncateJSONL keeps the lines of a JSONL log whose "step" is at most step
+// and drops the rest, torn lines of a killed writer included; the file is
+// replaced atomically. A missing file is left missing.
+func truncateJSONL(path string, step int) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var kept bytes.Buffer
+	for line := range bytes.Lines(b) {
+		var rec struct {
+			Step *float64 `json:"step"`
+		}
+		if json.Unmarshal(line, &rec) != nil || rec.Step == nil || *rec.Step > float64(step) || !bytes.HasSuffix(line, []byte("\n")) {
+			continue
+		}
+		kept.Write(line)
+	}
+	if kept.Len() == len(b) {
+		return nil
+	}
+	return writeFileAtomic(path, kept.Bytes())
 }
 
 // Write appends v as one line.

@@ -80,6 +80,8 @@ func TestCheckFreshRunDir(t *testing.T) {
 	require.NoError(t, checkFreshRunDir(dir, RunOptions{Resume: true}))
 
 	require.NoError(t, checkFreshRunDir(dir, RunOptions{Overwrite: true}))
+	assert.FileExists(t, filepath.Join(dir, "metrics.jsonl"), "--overwrite deletes nothing before the run is about to write")
+	require.NoError(t, clearEarlierRun(dir))
 	assert.NoFileExists(t, filepath.Join(dir, "metrics.jsonl"))
 	assert.NoDirExists(t, filepath.Join(dir, "checkpoints"))
 	assert.FileExists(t, filepath.Join(dir, "notes.txt"), "files a run does not write are kept")

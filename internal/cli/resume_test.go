@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// requireWorkerLib returns the worker library, skipping (or failing under
+// ORTRAIN_REQUIRE_WORKER) when it is not built.
+func requireWorkerLib(t *testing.T) string {
+	t.Helper()
+	lib, searched, err := worker.FindLibrary("", os.Getenv)
+	if err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_WORKER") != "" {
+			t.Fatalf("worker library missing: %v (searched %v)", err, searched)
+		}
+		t.Skipf("worker library not built: %v", err)
+	}
+	return lib
+}
+
+// resumeConfig is a quickstart-shaped run small enough to run many times.
+func resumeConfig(modelDir, out string, ga, spg, mu int) string {
+	return fmt.Sprintf(`model: %s
+output_dir: %s
+seed: 7
+envs:
+  - target: builtin:letters
+    split: train
+chat:
+  system_prompt: "Answer the user."
+  final_answer_tool: submit
+  render_tools: false
+grpo:
+  num_generations: 4
+  per_device_train_batch_size: 8
+  gradient_accumulation_steps: %d
+  steps_per_generation: %d
+  num_iterations: %d
+  max_completion_length: 8
+  max_tool_calling_iterations: 0
+  loss_type: dapo
+  learning_rate: 1.0e-3
+  max_steps: 8
+  logging_steps: 1
+  save_steps: 0
+rollout:
+  max_concurrency: 16
+worker:
+  device: cpu
+  dtype: float32
+  threads: 1
+`, modelDir, out, ga, spg, mu)
+}
+
+// runOrtrain runs the binary to completion and returns its stderr.
+func runOrtrain(t *testing.T, bin, lib string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run(), "ortrain %v: %s", args, &stderr)
+	return stderr.String()
+}
+
+// interruptAfter starts a run, sends SIGINT a random time after the
+// afterSteps-th step is logged, and waits for the exit (code 2).
+func interruptAfter(t *testing.T, bin, lib string, afterSteps int, delay time.Duration, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, append(args, "--log-format", "json")...)
+	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stderr = pw
+	require.NoError(t, cmd.Start())
+	pw.Close()
+	var log strings.Builder
+	steps := 0
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for steps < afterSteps && sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), `"message":"step"`) {
+			steps++
+		}
+	}
+	require.Equal(t, afterSteps, steps, "the run ended before step %d: %s", afterSteps, log.String())
+	time.Sleep(delay)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err = <-waitErr:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("ortrain did not exit after SIGINT")
+	}
+	var exitErr *exec.ExitError
+	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
+	require.Equal(t, ExitInterrupted, exitErr.ExitCode())
+}
+
+// stepMetrics reads metrics.jsonl without the wall-clock keys, one map per line.
+func stepMetrics(t *testing.T, runDir string) []map[string]float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	require.NoError(t, err)
+	var out []map[string]float64
+	for line := range bytes.Lines(b) {
+		var m map[string]float64
+		require.NoError(t, json.Unmarshal(line, &m))
+		for k := range m {
+			if strings.HasPrefix(k, "time/") || k == "step_time" {
+				delete(m, k)
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// finalWeights returns the bytes of the last checkpoint's weights.
+func finalWeights(t *testing.T, runDir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runDir, "checkpoints", "step-000008", "model", "model.safetensors"))
+	require.NoError(t, err)
+	return b
+}
+
+// TestResumeIsExact is the property of issue 14: for every combination of
+// gradient_accumulation_steps, steps_per_generation and num_iterations in
+// {1, 2}, a run interrupted by SIGINT at a random point (mid-step included)
+// and resumed logs the same per-step metrics and ends with bit-identical
+// weights as an uninterrupted run with the same seed.
+func TestResumeIsExact(t *testing.T) {
+	lib := requireWorkerLib(t)
+	bin := buildOrtrain(t)
+	work := t.TempDir()
+	modelDir := filepath.Join(work, "tiny")
+	preset, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	require.NoError(t, model.Init(modelDir, preset, 3))
+	rng := rand.New(rand.NewPCG(2026, 11))
+	for _, ga := range []int{1, 2} {
+		for _, spg := range []int{1, 2} {
+			for _, mu := range []int{1, 2} {
+				name := fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu)
+				after, delay := 1+rng.IntN(4), time.Duration(rng.IntN(150))*time.Millisecond
+				t.Run(name, func(t *testing.T) {
+					write := func(dir string) string {
+						path := filepath.Join(work, name+"-"+filepath.Base(dir)+".yaml")
+						require.NoError(t, os.WriteFile(path, []byte(resumeConfig(modelDir, dir, ga, spg, mu)), 0o644))
+						return path
+					}
+					whole, cut := filepath.Join(work, name, "whole"), filepath.Join(work, name, "cut")
+					runOrtrain(t, bin, lib, "run", "--config", write(whole))
+
+					cfg := write(cut)
+					interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
+					runOrtrain(t, bin, lib, "run", "--config", cfg, "--resume")
+
+					want, got := stepMetrics(t, whole), stepMetrics(t, cut)
+					require.Len(t, got, 8, "every step logged once after the resume (interrupted after step %d + %s)", after, delay)
+					for i := range want {
+						assert.Equal(t, want[i], got[i], "step %d (interrupted after step %d + %s)", i+1, after, delay)
+					}
+					assert.True(t, bytes.Equal(finalWeights(t, whole), finalWeights(t, cut)),
+						"final weights differ (interrupted after step %d + %s)", after, delay)
+				})
+			}
+		}
+	}
+}
