@@ -139,7 +139,7 @@ func (m *Model) LoadOptimizer(ctx context.Context, path string) error {
 }
 
 func (m *Model) writeSafetensors(ctx context.Context, path string, kind TensorKind, meta map[string]string) error {
-	infos, err := m.tensors(kind)
+	infos, err := m.tensors(kind, maxTensorName, maxTensorDims)
 	if err != nil {
 		return err
 	}

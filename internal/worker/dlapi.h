@@ -19,9 +19,9 @@ typedef struct {
   int (*set_tensor)(ort_model *, int32_t, const char *, int32_t, const int64_t *, int32_t, const void *, char *, size_t);
   int (*finalize)(ort_model *, char *, size_t);
   int (*tensor_count)(ort_model *, int32_t, int32_t *, char *, size_t);
-  int (*tensor_info)(ort_model *, int32_t, int32_t, char *, size_t, int32_t *, int64_t *, int32_t *, char *, size_t);
+  int (*tensor_info)(ort_model *, int32_t, int32_t, char *, size_t, int32_t *, int64_t *, size_t, int32_t *, char *, size_t);
   int (*get_tensor)(ort_model *, int32_t, const char *, void *, size_t, char *, size_t);
-  int (*logprobs)(ort_model *, const ort_batch *, double, int32_t, float *, float *, const volatile int32_t *, char *, size_t);
+  int (*logprobs)(ort_model *, const ort_batch *, double, int32_t, float *, size_t, float *, size_t, const volatile int32_t *, char *, size_t);
   int (*forward_backward)(ort_model *, const ort_batch *, const ort_loss_config *, int32_t, ort_loss_stats *, const volatile int32_t *, char *, size_t);
   int (*optimizer_step)(ort_model *, double, double *, char *, size_t);
   int (*zero_grad)(ort_model *, char *, size_t);
@@ -68,9 +68,9 @@ static inline void ort_call_model_free(ort_api *a, ort_model *m) { a->model_free
 static inline int ort_call_set_tensor(ort_api *a, ort_model *m, int32_t k, const char *nm, int32_t dt, const int64_t *sh, int32_t nd, const void *d, char *e, size_t en) { return a->set_tensor(m, k, nm, dt, sh, nd, d, e, en); }
 static inline int ort_call_finalize(ort_api *a, ort_model *m, char *e, size_t en) { return a->finalize(m, e, en); }
 static inline int ort_call_tensor_count(ort_api *a, ort_model *m, int32_t k, int32_t *c, char *e, size_t en) { return a->tensor_count(m, k, c, e, en); }
-static inline int ort_call_tensor_info(ort_api *a, ort_model *m, int32_t k, int32_t i, char *nm, size_t nn, int32_t *dt, int64_t *sh, int32_t *nd, char *e, size_t en) { return a->tensor_info(m, k, i, nm, nn, dt, sh, nd, e, en); }
+static inline int ort_call_tensor_info(ort_api *a, ort_model *m, int32_t k, int32_t i, char *nm, size_t nn, int32_t *dt, int64_t *sh, size_t shn, int32_t *nd, char *e, size_t en) { return a->tensor_info(m, k, i, nm, nn, dt, sh, shn, nd, e, en); }
 static inline int ort_call_get_tensor(ort_api *a, ort_model *m, int32_t k, const char *nm, void *o, size_t nb, char *e, size_t en) { return a->get_tensor(m, k, nm, o, nb, e, en); }
-static inline int ort_call_logprobs(ort_api *a, ort_model *m, const ort_batch *b, double t, int32_t r, float *lp, float *ent, const volatile int32_t *c, char *e, size_t en) { return a->logprobs(m, b, t, r, lp, ent, c, e, en); }
+static inline int ort_call_logprobs(ort_api *a, ort_model *m, const ort_batch *b, double t, int32_t r, float *lp, size_t lpn, float *ent, size_t entn, const volatile int32_t *c, char *e, size_t en) { return a->logprobs(m, b, t, r, lp, lpn, ent, entn, c, e, en); }
 static inline int ort_call_forward_backward(ort_api *a, ort_model *m, const ort_batch *b, const ort_loss_config *cfg, int32_t bw, ort_loss_stats *st, const volatile int32_t *c, char *e, size_t en) { return a->forward_backward(m, b, cfg, bw, st, c, e, en); }
 static inline int ort_call_optimizer_step(ort_api *a, ort_model *m, double lr, double *gn, char *e, size_t en) { return a->optimizer_step(m, lr, gn, e, en); }
 static inline int ort_call_zero_grad(ort_api *a, ort_model *m, char *e, size_t en) { return a->zero_grad(m, e, en); }

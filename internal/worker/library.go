@@ -21,21 +21,6 @@ import (
 	"unsafe"
 )
 
-// ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 1
-
-// Compile-time checks that the Go constants match the C header.
-const (
-	_ = uint(ABIVersion - C.ORT_ABI_VERSION)
-	_ = uint(C.ORT_ABI_VERSION - ABIVersion)
-	_ = uint(KindGrad - C.ORT_KIND_GRAD)
-	_ = uint(C.ORT_KIND_GRAD - KindGrad)
-	_ = uint(KindOptim - C.ORT_KIND_OPTIM)
-	_ = uint(C.ORT_KIND_OPTIM - KindOptim)
-	_ = uint(KindLoRA - C.ORT_KIND_LORA)
-	_ = uint(C.ORT_KIND_LORA - KindLoRA)
-)
-
 const errLen = 2048
 
 // Library is an opened worker library. It stays loaded for the life of the

@@ -150,9 +150,9 @@ func arch(cfg *model.Config) (C.ort_arch, error) {
 	switch kind {
 	case "default":
 	case "linear":
-		a.rope_scaling, a.rope_factor = 1, C.double(rs.Factor)
+		a.rope_scaling, a.rope_factor = C.ORT_ROPE_LINEAR, C.double(rs.Factor)
 	case "llama3":
-		a.rope_scaling, a.rope_factor = 2, C.double(rs.Factor)
+		a.rope_scaling, a.rope_factor = C.ORT_ROPE_LLAMA3, C.double(rs.Factor)
 		a.rope_low_freq_factor, a.rope_high_freq_factor = C.double(rs.LowFreq), C.double(rs.HighFreq)
 		a.rope_original_max_pos = C.int32_t(rs.OriginalMaxPE)
 	default:
@@ -341,10 +341,18 @@ type TensorInfo struct {
 func (m *Model) Tensors(kind TensorKind) ([]TensorInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.tensors(kind)
+	return m.tensors(kind, maxTensorName, maxTensorDims)
 }
 
-func (m *Model) tensors(kind TensorKind) ([]TensorInfo, error) {
+// Room for one tensor's name and shape when listing: HF and PEFT names are
+// far shorter, and no tensor of these models has more than 2 dims.
+const (
+	maxTensorName = 1024
+	maxTensorDims = 8
+)
+
+// tensors lists a kind with buffers of nameRoom bytes and shapeRoom dims.
+func (m *Model) tensors(kind TensorKind, nameRoom, shapeRoom int) ([]TensorInfo, error) {
 	if m.h == nil {
 		return nil, ErrClosed
 	}
@@ -356,14 +364,14 @@ func (m *Model) tensors(kind TensorKind) ([]TensorInfo, error) {
 	}
 	var ar arena
 	defer ar.free()
-	namep, _ := carray[byte](&ar, 1024)
-	shapep, shape := carray[int64](&ar, 8)
+	namep, _ := carray[byte](&ar, nameRoom)
+	shapep, shape := carray[int64](&ar, shapeRoom)
 	out := make([]TensorInfo, 0, int(n))
 	for i := 0; i < int(n); i++ {
 		var dt, nd C.int32_t
 		err := m.call(eb, "list tensors", func() C.int {
-			return C.ort_call_tensor_info(m.api, m.h, C.int32_t(kind), C.int32_t(i), (*C.char)(namep), 1024, &dt,
-				(*C.int64_t)(shapep), &nd, eb.p, errLen)
+			return C.ort_call_tensor_info(m.api, m.h, C.int32_t(kind), C.int32_t(i), (*C.char)(namep), C.size_t(nameRoom), &dt,
+				(*C.int64_t)(shapep), C.size_t(shapeRoom), &nd, eb.p, errLen)
 		})
 		if err != nil {
 			return nil, err

@@ -55,6 +55,16 @@ type SampleResult struct {
 // Each request has its own seed, so a request's sample does not depend on
 // the rest of the batch beyond floating-point batching effects.
 func (m *Model) Sample(ctx context.Context, reqs []SampleRequest) ([]SampleResult, error) {
+	rooms := make([]int, len(reqs))
+	for i, r := range reqs {
+		rooms[i] = r.MaxNewTokens
+	}
+	return m.sample(ctx, reqs, rooms)
+}
+
+// sample generates into result buffers with room for rooms[i] tokens for
+// request i; the worker checks that they hold MaxNewTokens.
+func (m *Model) sample(ctx context.Context, reqs []SampleRequest, rooms []int) ([]SampleResult, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("sample: %w", ErrEmptyBatch)
 	}
@@ -84,9 +94,9 @@ func (m *Model) Sample(ctx context.Context, reqs []SampleRequest) ([]SampleResul
 			n_stop: C.int32_t(len(r.StopIDs)), seed: C.int64_t(r.Seed),
 		}
 		var idp, lpp unsafe.Pointer
-		idp, ids[i] = carray[int32](&ar, r.MaxNewTokens)
-		lpp, lps[i] = carray[float32](&ar, r.MaxNewTokens)
-		couts[i].ids, couts[i].logps = (*C.int32_t)(idp), (*C.float)(lpp)
+		idp, ids[i] = carray[int32](&ar, rooms[i])
+		lpp, lps[i] = carray[float32](&ar, rooms[i])
+		couts[i].ids, couts[i].logps, couts[i].cap = (*C.int32_t)(idp), (*C.float)(lpp), C.int32_t(rooms[i])
 	}
 	cf := watchCancel(ctx)
 	defer cf.stop()

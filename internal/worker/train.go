@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/ortrain/ortrain/internal/grpo"
 )
@@ -16,11 +17,14 @@ import (
 // LossStats are one micro-batch's loss and metric sums and counts, so the
 // trainer reduces exactly across micro-batches and processes
 // (grpo-reference.md §5): e.g. entropy = sum EntropySum / sum ActiveTokens.
+// The worker writes them in place: the fields mirror ort_loss_stats in
+// csrc/worker_abi.h, in order, all float64 (checked at compile time in abi.go).
 type LossStats struct {
 	// Loss is the micro-batch loss that was back-propagated (§4.6).
-	Loss         float64
-	ActiveTokens float64 // sum of the loss mask
-	Rows         float64
+	Loss           float64
+	ActiveTokens   float64 // sum of the loss mask
+	Rows           float64
+	RowsWithTokens float64 // rows with at least one active token
 	// Clip counts (clip loss types): tokens, or rows at sequence level;
 	// ClipDenom is the matching token or row count.
 	ClipLow, ClipHigh, ClipRegion, ClipDenom float64
@@ -43,21 +47,21 @@ type StepStats struct {
 var ErrEmptyBatch = errors.New("empty batch: no rows")
 
 // cBatch copies rows into a C ort_batch.
-func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum int) (*C.ort_batch, int, error) {
+func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum int) (*C.ort_batch, error) {
 	if len(rows) == 0 {
-		return nil, 0, ErrEmptyBatch
+		return nil, ErrEmptyBatch
 	}
 	var nTok, nComp int
 	var anySampler, anyOld, anyRef bool
 	for i, r := range rows {
 		T := r.CompletionLen()
 		if r.PromptLen < 1 || T < 0 {
-			return nil, 0, fmt.Errorf("row %d: PromptLen %d must be in [1, %d]", i, r.PromptLen, len(r.Tokens))
+			return nil, fmt.Errorf("row %d: PromptLen %d must be in [1, %d]", i, r.PromptLen, len(r.Tokens))
 		}
 		for name, n := range map[string]int{"LossMask": len(r.LossMask), "SamplerLogprobs": len(r.SamplerLogprobs),
 			"OldLogprobs": len(r.OldLogprobs), "RefLogprobs": len(r.RefLogprobs)} {
 			if (name == "LossMask" || n != 0) && n != T {
-				return nil, 0, fmt.Errorf("row %d: %s has %d entries, want %d (the completion length)", i, name, n, T)
+				return nil, fmt.Errorf("row %d: %s has %d entries, want %d (the completion length)", i, name, n, T)
 			}
 		}
 		nTok += len(r.Tokens)
@@ -103,7 +107,7 @@ func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum int) (*C.
 	b.tokens, b.token_off, b.comp_off = (*C.int32_t)(tokp), (*C.int64_t)(toffp), (*C.int64_t)(coffp)
 	b.prompt_len, b.loss_mask, b.advantages = (*C.int32_t)(plenp), (*C.uint8_t)(maskp), (*C.float)(advp)
 	b.round_tokens, b.grad_accum = C.double(roundTokens), C.int32_t(gradAccum)
-	return b, nComp, nil
+	return b, nil
 }
 
 // begin locks the model and checks it is usable and ctx is live.
@@ -132,27 +136,12 @@ func callErr(ctx context.Context, err error) error {
 // completion tokens at temperature (grpo-reference.md §4.1), with the
 // reference policy when ref is set. No gradients are kept.
 func (m *Model) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) (logps, entropies [][]float32, err error) {
-	unlock, err := m.begin(ctx)
-	if err != nil {
-		return nil, nil, err
+	nComp := 0
+	for _, r := range rows {
+		nComp += max(r.CompletionLen(), 0)
 	}
-	defer unlock()
-	var ar arena
-	defer ar.free()
-	b, nComp, err := cBatch(&ar, rows, 1, 1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("logprobs: %w", err)
-	}
-	lpp, lp := carray[float32](&ar, nComp)
-	entp, ent := carray[float32](&ar, nComp)
-	cf := watchCancel(ctx)
-	defer cf.stop()
-	eb := newErrBuf()
-	defer eb.free()
-	err = m.call(eb, "logprobs", func() C.int {
-		return C.ort_call_logprobs(m.api, m.h, b, C.double(temperature), cbool(ref), (*C.float)(lpp), (*C.float)(entp), cf.p, eb.p, errLen)
-	})
-	if err := callErr(ctx, err); err != nil {
+	lp, ent := make([]float32, nComp), make([]float32, nComp)
+	if err := m.logprobsInto(ctx, rows, temperature, ref, lp, ent); err != nil {
 		return nil, nil, err
 	}
 	off := 0
@@ -163,6 +152,34 @@ func (m *Model) Logprobs(ctx context.Context, rows []grpo.Row, temperature float
 		off += T
 	}
 	return logps, entropies, nil
+}
+
+// logprobsInto writes the rows' completion log-probs and entropies, one
+// after another, into logps and entropies; the worker checks that they have
+// room.
+func (m *Model) logprobsInto(ctx context.Context, rows []grpo.Row, temperature float64, ref bool, logps, entropies []float32) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var ar arena
+	defer ar.free()
+	b, err := cBatch(&ar, rows, 1, 1)
+	if err != nil {
+		return fmt.Errorf("logprobs: %w", err)
+	}
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	// The slices hold no Go pointers, so the worker may write into them.
+	err = m.call(eb, "logprobs", func() C.int {
+		return C.ort_call_logprobs(m.api, m.h, b, C.double(temperature), cbool(ref),
+			(*C.float)(unsafe.SliceData(logps)), C.size_t(len(logps)),
+			(*C.float)(unsafe.SliceData(entropies)), C.size_t(len(entropies)), cf.p, eb.p, errLen)
+	})
+	return callErr(ctx, err)
 }
 
 // ForwardBackward computes the micro-batch loss of cfg and accumulates its
@@ -187,7 +204,7 @@ func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfi
 	defer unlock()
 	var ar arena
 	defer ar.free()
-	b, _, err := cBatch(&ar, mb.Rows, mb.RoundTokens, mb.GradAccumSteps)
+	b, err := cBatch(&ar, mb.Rows, mb.RoundTokens, mb.GradAccumSteps)
 	if err != nil {
 		return LossStats{}, fmt.Errorf("forward/backward: %w", err)
 	}
@@ -200,24 +217,19 @@ func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfi
 		vespo_k_neg: C.double(cfg.VESPOKNeg), vespo_lambda_neg: C.double(cfg.VESPOLambdaNeg),
 		is_clip_min: C.double(cfg.ISClipMin), is_clip_max: C.double(cfg.ISClipMax), entropy_coef: C.double(cfg.EntropyCoef),
 	}
-	var st C.ort_loss_stats
+	// LossStats holds no Go pointers, so the worker may write into it.
+	var st LossStats
 	cf := watchCancel(ctx)
 	defer cf.stop()
 	eb := newErrBuf()
 	defer eb.free()
 	err = m.call(eb, "forward/backward", func() C.int {
-		return C.ort_call_forward_backward(m.api, m.h, b, &c, cbool(backward), &st, cf.p, eb.p, errLen)
+		return C.ort_call_forward_backward(m.api, m.h, b, &c, cbool(backward), (*C.ort_loss_stats)(unsafe.Pointer(&st)), cf.p, eb.p, errLen)
 	})
 	if err := callErr(ctx, err); err != nil {
 		return LossStats{}, err
 	}
-	return LossStats{
-		Loss: float64(st.loss), ActiveTokens: float64(st.active_tokens), Rows: float64(st.rows),
-		ClipLow: float64(st.clip_low), ClipHigh: float64(st.clip_high), ClipRegion: float64(st.clip_region),
-		ClipDenom: float64(st.clip_denom), ClipLowMin: float64(st.clip_low_min), ClipHighMax: float64(st.clip_high_max),
-		CISPOClip: float64(st.cispo_clip), KLSum: float64(st.kl_sum), EntropySum: float64(st.entropy_sum),
-		VESPOPhiSum: float64(st.vespo_phi_sum),
-	}, nil
+	return st, nil
 }
 
 // OptimizerStep clips the accumulated gradients by global norm, applies

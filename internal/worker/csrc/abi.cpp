@@ -1,14 +1,17 @@
-// abi.cpp: the C entry points. Each one runs its body inside guard(), which
-// turns every C++ exception (c10::Error from TORCH_CHECK included) into an
-// error string, so nothing ever unwinds into Go.
+// abi.cpp: the C entry points. Each one checks its arguments and caller
+// buffers and runs its body inside guard(), which turns every C++ exception
+// (c10::Error from TORCH_CHECK included) into an error string, so nothing
+// ever unwinds into Go. The model's state lives in state.cpp.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "model.h"
 
@@ -62,119 +65,15 @@ int32_t dtype_code(at::ScalarType t) {
   throw std::runtime_error("tensor has unsupported dtype");
 }
 
-std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); i++) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
-
 ort::Model& model(ort_model* h) {
   if (h == nullptr) throw std::runtime_error("nil model handle");
   return h->m;
 }
 
-void need_finalized(const ort::Model& m) {
-  if (!m.finalized) throw std::runtime_error("model not finalized: call ort_model_finalize after loading weights");
-}
-
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
-// named lists every tensor of a kind, in a stable order.
-std::vector<std::pair<std::string, at::Tensor>> named(ort::Model& m, int32_t kind) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  switch (kind) {
-    case ORT_KIND_WEIGHT:
-      for (const auto& n : m.names) out.push_back({n, m.weights.at(n)});
-      return out;
-    case ORT_KIND_LORA:
-      if (m.opts.lora_rank > 0) out = ort::trainable(m);
-      return out;
-    case ORT_KIND_OPTIM: {
-      auto step = at::full({1}, m.step, at::TensorOptions().dtype(at::kLong));
-      out.push_back({"step", step});
-      for (auto& p : ort::trainable(m)) {
-        auto a = m.exp_avg.find(p.first);
-        auto b = m.exp_avg_sq.find(p.first);
-        if (a != m.exp_avg.end()) out.push_back({"exp_avg." + p.first, a->second});
-        if (b != m.exp_avg_sq.end()) out.push_back({"exp_avg_sq." + p.first, b->second});
-      }
-      return out;
-    }
-    case ORT_KIND_GRAD:  // the parameters themselves: same names and shapes; get reads .grad()
-      return ort::trainable(m);
-  }
-  throw std::runtime_error("unknown tensor kind " + std::to_string(kind));
-}
-
-// merged returns a weight with its LoRA adapter folded in, for HF export.
-at::Tensor merged(ort::Model& m, const std::string& name, const at::Tensor& w) {
-  if (!ends_with(name, ".weight")) return w;
-  auto it = m.lora.find(name.substr(0, name.size() - 7));
-  if (it == m.lora.end()) return w;
-  return w + at::matmul(it->second.b, it->second.a) * m.lora_scale;
-}
-
-void set_weight(ort::Model& m, const std::string& name, const at::Tensor& src) {
-  const auto expected = ort::expected_weights(m.arch);
-  for (const auto& e : expected) {
-    if (e.first != name) continue;
-    if (src.sizes() != at::IntArrayRef(e.second)) {
-      throw std::runtime_error("tensor " + name + " has shape " + shape_str(src.sizes()) + ", config.json implies " +
-                               shape_str(e.second));
-    }
-    at::NoGradGuard ng;
-    auto it = m.weights.find(name);
-    if (it != m.weights.end()) {
-      it->second.detach().copy_(src);  // in place: keeps views and optimizer state valid
-    } else {
-      m.weights[name] = src.to(m.device, m.dtype).clone();
-    }
-    return;
-  }
-  if (ends_with(name, "rotary_emb.inv_freq")) return;          // recomputed from config
-  if (name == "lm_head.weight" && m.arch.tie_embeddings) return;  // tied to the embedding
-  throw std::runtime_error("unexpected tensor " + name + " (not part of a Llama/Qwen-family model with this config.json)");
-}
-
-void set_named(ort::Model& m, int32_t kind, const std::string& name, const at::Tensor& src) {
-  if (kind == ORT_KIND_WEIGHT) return set_weight(m, name, src);
-  need_finalized(m);
-  at::NoGradGuard ng;
-  if (kind == ORT_KIND_OPTIM && name == "step") {
-    m.step = src.to(at::kLong).item<int64_t>();
-    return;
-  }
-  for (auto& p : ort::trainable(m)) {
-    std::string stem = name;
-    std::map<std::string, at::Tensor>* state = nullptr;
-    if (kind == ORT_KIND_OPTIM) {
-      if (name.rfind("exp_avg_sq.", 0) == 0) {
-        stem = name.substr(11);
-        state = &m.exp_avg_sq;
-      } else if (name.rfind("exp_avg.", 0) == 0) {
-        stem = name.substr(8);
-        state = &m.exp_avg;
-      }
-    } else if (kind != ORT_KIND_LORA) {
-      break;
-    }
-    if (stem != p.first) continue;
-    if (src.sizes() != p.second.sizes()) {
-      throw std::runtime_error("tensor " + name + " has shape " + shape_str(src.sizes()) + ", expected " +
-                               shape_str(p.second.sizes()));
-    }
-    if (state != nullptr) {
-      (*state)[stem] = src.to(p.second.device(), p.second.scalar_type()).clone();
-    } else {
-      p.second.detach().copy_(src);
-    }
-    return;
-  }
-  throw std::runtime_error("unexpected tensor " + name + " for tensor kind " + std::to_string(kind));
+// copy_floats copies t (CPU, contiguous, float) into a buffer the caller
+// has already been checked to have room for it.
+void copy_floats(const at::Tensor& t, float* out) {
+  if (t.numel() > 0) std::memcpy(out, t.data_ptr<float>(), t.numel() * sizeof(float));
 }
 
 }  // namespace
@@ -228,7 +127,7 @@ int ort_model_new(const ort_arch* arch, const ort_model_options* opts, ort_model
 #endif
     if (opts->threads > 0) at::set_num_threads(opts->threads);
     m.gen = at::detail::createCPUGenerator(static_cast<uint64_t>(opts->seed));
-    for (const auto& e : ort::expected_weights(a)) m.names.push_back(e.first);
+    ort::index_weights(m);
     *out = h.release();
   });
 }
@@ -244,9 +143,10 @@ int ort_model_set_tensor(ort_model* h, int32_t kind, const char* name, int32_t d
                          int32_t ndim, const void* data, char* err, size_t err_len) {
   return guard(err, err_len, [&] {
     auto& m = model(h);
+    if (ndim < 0 || (ndim > 0 && shape == nullptr)) throw std::runtime_error("tensor shape: bad dimension count " + std::to_string(ndim));
     std::vector<int64_t> dims(shape, shape + ndim);
     auto src = at::from_blob(const_cast<void*>(data), dims, at::TensorOptions().dtype(scalar_type(dtype)));
-    set_named(m, kind, name, src);
+    ort::write_tensor(m, kind, name, src);
   });
 }
 
@@ -255,58 +155,60 @@ int ort_model_finalize(ort_model* h, char* err, size_t err_len) {
 }
 
 int ort_model_tensor_count(ort_model* h, int32_t kind, int32_t* count, char* err, size_t err_len) {
-  return guard(err, err_len, [&] { *count = static_cast<int32_t>(named(model(h), kind).size()); });
+  return guard(err, err_len, [&] { *count = static_cast<int32_t>(ort::list_tensors(model(h), kind, true).size()); });
 }
 
 int ort_model_tensor_info(ort_model* h, int32_t kind, int32_t index, char* name, size_t name_len, int32_t* dtype,
-                          int64_t* shape, int32_t* ndim, char* err, size_t err_len) {
+                          int64_t* shape, size_t shape_len, int32_t* ndim, char* err, size_t err_len) {
   return guard(err, err_len, [&] {
-    auto list = named(model(h), kind);
+    const auto& list = ort::list_tensors(model(h), kind, false);
     if (index < 0 || static_cast<size_t>(index) >= list.size()) throw std::runtime_error("tensor index out of range");
     const auto& e = list[index];
-    if (e.first.size() + 1 > name_len) throw std::runtime_error("name buffer too small for " + e.first);
-    std::memcpy(name, e.first.c_str(), e.first.size() + 1);
-    if (e.second.dim() > 8) throw std::runtime_error("tensor " + e.first + " has more than 8 dims");
-    *dtype = dtype_code(e.second.scalar_type());
-    *ndim = static_cast<int32_t>(e.second.dim());
-    for (int64_t i = 0; i < e.second.dim(); i++) shape[i] = e.second.size(i);
+    if (e.name.size() + 1 > name_len) {
+      throw std::runtime_error("name buffer has room for " + std::to_string(name_len) + " bytes, tensor name " + e.name +
+                               " needs " + std::to_string(e.name.size() + 1));
+    }
+    if (e.shape.size() > shape_len) {
+      throw std::runtime_error("tensor " + e.name + " has " + std::to_string(e.shape.size()) +
+                               " dims, shape buffer has room for " + std::to_string(shape_len));
+    }
+    *dtype = dtype_code(e.dtype);
+    std::memcpy(name, e.name.c_str(), e.name.size() + 1);
+    std::copy(e.shape.begin(), e.shape.end(), shape);
+    *ndim = static_cast<int32_t>(e.shape.size());
   });
 }
 
 int ort_model_get_tensor(ort_model* h, int32_t kind, const char* name, void* out, size_t nbytes, char* err,
                          size_t err_len) {
   return guard(err, err_len, [&] {
-    auto& m = model(h);
-    at::NoGradGuard ng;
-    for (auto& e : named(m, kind)) {
-      if (e.first != name) continue;
-      auto t = e.second;
-      if (kind == ORT_KIND_WEIGHT) t = merged(m, e.first, e.second);
-      if (kind == ORT_KIND_GRAD) t = e.second.grad().defined() ? e.second.grad() : at::zeros_like(e.second);
-      t = t.detach().to(at::kCPU).contiguous();
-      if (static_cast<size_t>(t.nbytes()) != nbytes) {
-        throw std::runtime_error("tensor " + e.first + " needs " + std::to_string(t.nbytes()) + " bytes, buffer has " +
-                                 std::to_string(nbytes));
-      }
-      std::memcpy(out, t.data_ptr(), nbytes);
-      return;
+    auto t = ort::read_tensor(model(h), kind, name);
+    if (static_cast<size_t>(t.nbytes()) != nbytes) {
+      throw std::runtime_error(std::string("tensor ") + name + " needs " + std::to_string(t.nbytes()) +
+                               " bytes, buffer has " + std::to_string(nbytes));
     }
-    throw std::runtime_error(std::string("no tensor named ") + name);
+    if (nbytes > 0) std::memcpy(out, t.data_ptr(), nbytes);
   });
 }
 
 int ort_logprobs(ort_model* h, const ort_batch* b, double temperature, int32_t reference, float* logps,
-                 float* entropies, const volatile int32_t* cancel, char* err, size_t err_len) {
+                 size_t logps_len, float* entropies, size_t entropies_len, const volatile int32_t* cancel, char* err,
+                 size_t err_len) {
   return guard(err, err_len, [&] {
     auto& m = model(h);
-    need_finalized(m);
+    ort::need_finalized(m);
     at::NoGradGuard ng;
     auto bt = ort::decode_batch(m, b);
+    const auto n = static_cast<size_t>(bt.targets.size(0));
+    if (n > logps_len || n > entropies_len) {  // before the forward pass, which is the expensive part
+      throw std::runtime_error("output buffers have room for " + std::to_string(std::min(logps_len, entropies_len)) +
+                               " floats, the batch has " + std::to_string(n) + " completion tokens");
+    }
     auto r = ort::token_logprobs(m, bt, temperature, reference != 0, cancel);
     auto lp = r[0].to(at::kCPU, at::kFloat).contiguous();
     auto en = r[1].to(at::kCPU, at::kFloat).contiguous();
-    std::memcpy(logps, lp.data_ptr<float>(), lp.numel() * sizeof(float));
-    std::memcpy(entropies, en.data_ptr<float>(), en.numel() * sizeof(float));
+    copy_floats(lp, logps);
+    copy_floats(en, entropies);
   });
 }
 
@@ -314,7 +216,7 @@ int ort_forward_backward(ort_model* h, const ort_batch* b, const ort_loss_config
                          ort_loss_stats* stats, const volatile int32_t* cancel, char* err, size_t err_len) {
   return guard(err, err_len, [&] {
     auto& m = model(h);
-    need_finalized(m);
+    ort::need_finalized(m);
     *stats = ort_loss_stats{};
     ort::forward_backward(m, b, *cfg, backward != 0, stats, cancel);
   });
@@ -323,7 +225,7 @@ int ort_forward_backward(ort_model* h, const ort_batch* b, const ort_loss_config
 int ort_optimizer_step(ort_model* h, double lr, double* grad_norm, char* err, size_t err_len) {
   return guard(err, err_len, [&] {
     auto& m = model(h);
-    need_finalized(m);
+    ort::need_finalized(m);
     *grad_norm = ort::optimizer_step(m, lr);
   });
 }
@@ -336,7 +238,7 @@ int ort_sample(ort_model* h, const ort_sample_request* reqs, int32_t n, ort_samp
                const volatile int32_t* cancel, char* err, size_t err_len) {
   return guard(err, err_len, [&] {
     auto& m = model(h);
-    need_finalized(m);
+    ort::need_finalized(m);
     ort::sample(m, reqs, n, out, cancel);
   });
 }

@@ -15,10 +15,11 @@ namespace ort {
 
 namespace {
 
-// Loss types, mirroring grpo.LossType (values cross the ABI).
-enum LossType { kDAPO = 0, kGRPO = 1, kBNPO = 2, kDrGRPO = 3, kCISPO = 4, kSAPO = 5, kLUSPO = 6, kVESPO = 7 };
+bool round_normalised(int t) { return t == ORT_LOSS_DAPO || t == ORT_LOSS_CISPO || t == ORT_LOSS_VESPO; }
 
-bool round_normalised(int t) { return t == kDAPO || t == kCISPO || t == kVESPO; }
+bool sequence_correction(const ort_loss_config& c) {
+  return c.is_correction == ORT_IS_SEQUENCE_TRUNCATE || c.is_correction == ORT_IS_SEQUENCE_MASK;
+}
 
 // Rows per chunk so that one chunk's logits stay under 16M elements on CPU
 // (64 MiB fp32, cache-friendly) or 64M on a GPU (fewer, larger matmuls).
@@ -200,10 +201,9 @@ bool any_row(const uint8_t* has, int64_t B) {
 // is_weight is the vLLM importance-sampling correction rho (§4.9), detached.
 at::Tensor is_weight(const ort_loss_config& c, const at::Tensor& old, const at::Tensor& q, const at::Tensor& mask) {
   auto d = (old - q) * mask;
-  const bool seq = c.is_correction == 3 || c.is_correction == 4;
-  auto rho = seq ? d.sum(1, true).exp() : d.exp();
+  auto rho = sequence_correction(c) ? d.sum(1, true).exp() : d.exp();
   const double lo = c.is_clip_min, hi = c.is_clip_max;
-  if (c.is_correction == 1 || c.is_correction == 3) {
+  if (c.is_correction == ORT_IS_TOKEN_TRUNCATE || c.is_correction == ORT_IS_SEQUENCE_TRUNCATE) {
     rho = rho.clamp(lo > 0 ? c10::optional<at::Scalar>(lo) : c10::nullopt,
                     std::isfinite(hi) ? c10::optional<at::Scalar>(hi) : c10::nullopt);
   } else {
@@ -255,25 +255,25 @@ at::Tensor per_token_objective(const ort_loss_config& c, const LossTerms& t, con
                                const at::Tensor& lr, ort_loss_stats* st) {
   const auto& A = t.adv;
   switch (c.loss_type) {
-    case kDAPO:
-    case kGRPO:
-    case kBNPO:
-    case kDrGRPO:
-    case kLUSPO: {
+    case ORT_LOSS_DAPO:
+    case ORT_LOSS_GRPO:
+    case ORT_LOSS_BNPO:
+    case ORT_LOSS_DR_GRPO:
+    case ORT_LOSS_LUSPO: {
       auto wt = c.delta > 0 ? w.clamp_max(c.delta) : w;
       auto clipped = w.clamp(1 - c.epsilon, 1 + c.epsilon_high);
-      clip_stats(c, wt.detach(), t, c.is_level == 1, st);
+      clip_stats(c, wt.detach(), t, c.is_level == ORT_IS_LEVEL_SEQUENCE, st);
       return -at::min(wt * A, clipped * A);
     }
-    case kCISPO:
+    case ORT_LOSS_CISPO:
       st->cispo_clip = (w.detach().gt(c.epsilon_high).logical_and(A.gt(0)) * t.mask).sum().item<double>();
       return -w.clamp_max(c.epsilon_high).detach() * A * t.logp;
-    case kSAPO: {
+    case ORT_LOSS_SAPO: {
       auto kappa = at::where(A.gt(0), at::full_like(A, c.sapo_temp_pos), at::full_like(A, c.sapo_temp_neg));
       return -at::sigmoid(kappa * (w - 1)) * (4.0 / kappa) * A;
     }
-    case kVESPO: {
-      if (c.is_correction == 3 || c.is_correction == 4) {
+    case ORT_LOSS_VESPO: {
+      if (sequence_correction(c)) {
         if (t.rho.defined()) throw std::runtime_error("loss_type vespo needs a token-level importance sampling correction (token_truncate or token_mask)");
       }
       auto phi = vespo_phi(c, t, lr);
@@ -290,14 +290,14 @@ at::Tensor aggregate(const ort_loss_config& c, const ort_batch* b, const at::Ten
   const double B = static_cast<double>(mask.size(0));
   auto masked = per_tok * mask;
   switch (c.loss_type) {
-    case kGRPO:
-    case kSAPO:
+    case ORT_LOSS_GRPO:
+    case ORT_LOSS_SAPO:
       return (masked.sum(1) / mask.sum(1).clamp_min(1)).mean() / GA;
-    case kBNPO:
+    case ORT_LOSS_BNPO:
       return masked.sum() / mask.sum().clamp_min(1) / GA;
-    case kDrGRPO:
+    case ORT_LOSS_DR_GRPO:
       return masked.sum() / (B * c.max_completion_length) / GA;
-    case kLUSPO:  // (1/B) sum_i l_i |o_i|: the row's mean loss times its length
+    case ORT_LOSS_LUSPO:  // (1/B) sum_i l_i |o_i|: the row's mean loss times its length
       return masked.sum(1).mean() / GA;
     default:
       return masked.sum() / b->round_tokens;
@@ -305,12 +305,12 @@ at::Tensor aggregate(const ort_loss_config& c, const ort_batch* b, const at::Ten
 }
 
 void validate(const ort_loss_config& c, const ort_batch* b) {
-  if (c.loss_type < 0 || c.loss_type > kVESPO) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
+  if (c.loss_type < 0 || c.loss_type > ORT_LOSS_VESPO) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
   if (!(c.temperature > 0)) throw std::runtime_error("temperature must be > 0");
   if (round_normalised(c.loss_type) && !(b->round_tokens > 0)) {
     throw std::runtime_error("round_tokens must be > 0 for loss types dapo, cispo and vespo");
   }
-  if (c.loss_type == kDrGRPO && c.max_completion_length <= 0) {
+  if (c.loss_type == ORT_LOSS_DR_GRPO && c.max_completion_length <= 0) {
     throw std::runtime_error("max_completion_length must be > 0 for dr_grpo");
   }
 }
@@ -337,15 +337,15 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
   t.adv = at::from_blob(const_cast<float*>(b->advantages), {bt.B}, at::kFloat).to(opts).view({bt.B, 1});
   auto old_flat = completion_array(bt, b->old_logps, b->has_old, lpe[0].detach());
   t.old = old_flat.defined() ? pad(old_flat) : t.logp.detach();
-  if (c.is_correction != 0 && b->sampler_logps != nullptr && any_row(b->has_sampler, bt.B)) {
+  if (c.is_correction != ORT_IS_OFF && b->sampler_logps != nullptr && any_row(b->has_sampler, bt.B)) {
     auto q = pad(completion_array(bt, b->sampler_logps, b->has_sampler, old_flat.defined() ? old_flat : lpe[0].detach()));
     t.rho = is_weight(c, t.old, q, t.mask);
   }
   auto lr = t.logp - t.old;
-  auto logw = c.is_level == 1 ? (lr * t.mask).sum(1, true) / t.mask.sum(1, true).clamp_min(1) : lr;
+  auto logw = c.is_level == ORT_IS_LEVEL_SEQUENCE ? (lr * t.mask).sum(1, true) / t.mask.sum(1, true).clamp_min(1) : lr;
   auto w = logw.exp();
   auto per_tok = per_token_objective(c, t, w, lr, st);
-  if (t.rho.defined() && c.loss_type != kVESPO) per_tok = per_tok * t.rho;
+  if (t.rho.defined() && c.loss_type != ORT_LOSS_VESPO) per_tok = per_tok * t.rho;
   if (c.beta != 0) {
     if (b->ref_logps == nullptr) throw std::runtime_error("beta != 0 needs reference log-probs on every row");
     if (b->has_ref != nullptr) {
@@ -368,6 +368,7 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
   st->loss = loss.item<double>();
   st->active_tokens = t.mask.sum().item<double>();
   st->rows = static_cast<double>(bt.B);
+  st->rows_with_tokens = t.mask.sum(1).gt(0).sum().item<double>();
   st->entropy_sum = (t.ent.detach() * t.mask).sum().item<double>();
   check_cancel(cancel);
   if (backward && loss.requires_grad()) loss.backward();

@@ -153,20 +153,8 @@ void finalize(Model& m) {
     m.ref_view = make_view(m, m.ref_weights, false);
   }
   m.view = make_view(m, m.weights, true);
+  index_trainable(m);
   m.finalized = true;
-}
-
-std::vector<std::pair<std::string, at::Tensor>> trainable(Model& m) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  if (m.opts.lora_rank <= 0) {
-    for (const auto& n : m.names) out.push_back({n, m.weights.at(n)});
-    return out;
-  }
-  for (auto& kv : m.lora) {
-    out.push_back({"base_model.model." + kv.first + ".lora_A.weight", kv.second.a});
-    out.push_back({"base_model.model." + kv.first + ".lora_B.weight", kv.second.b});
-  }
-  return out;
 }
 
 // rms_norm follows transformers' LlamaRMSNorm: normalise in fp32 (fp64 stays
@@ -184,8 +172,8 @@ static at::Tensor inv_freq(const Model& m) {
   const auto acc = acc_dtype(m);
   auto idx = at::arange(0, a.head_dim, 2, at::TensorOptions().dtype(at::kLong)).to(acc) / a.head_dim;
   auto inv = 1.0 / at::pow(a.rope_theta, idx);
-  if (a.rope_scaling == 1) inv = inv / a.rope_factor;
-  if (a.rope_scaling == 2) {  // transformers' _compute_llama3_parameters
+  if (a.rope_scaling == ORT_ROPE_LINEAR) inv = inv / a.rope_factor;
+  if (a.rope_scaling == ORT_ROPE_LLAMA3) {  // transformers' _compute_llama3_parameters
     const double old_len = a.rope_original_max_pos;
     const double low_wl = old_len / a.rope_low_freq_factor, high_wl = old_len / a.rope_high_freq_factor;
     auto wavelen = 2 * M_PI / inv;

@@ -7,6 +7,8 @@
 
 #include <map>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "worker_abi.h"
@@ -37,6 +39,15 @@ struct LoraPair {
   at::Tensor a, b;  // a [r, in], b [out, r]
 };
 
+// TensorMeta describes one entry of a tensor listing.
+struct TensorMeta {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
 // KVCache holds keys/values per layer, [B, nkv, Lmax, hd].
 struct KVCache {
   std::vector<at::Tensor> k, v;
@@ -49,12 +60,16 @@ struct Model {
   at::Device device{at::kCPU};
   at::ScalarType dtype{at::kFloat};
   std::vector<std::string> names;  // expected HF weight names, in save order
+  std::unordered_map<std::string, std::vector<int64_t>> expected_shapes;  // by HF weight name
   std::map<std::string, at::Tensor> weights;
   std::map<std::string, at::Tensor> ref_weights;  // frozen copy (full fine-tuning + reference)
   std::map<std::string, LoraPair> lora;           // keyed by module path
   double lora_scale = 0;
   Weights view, ref_view;
   bool finalized = false;
+  NamedTensors params;                                  // what the optimizer updates, built by finalize
+  std::unordered_map<std::string, size_t> param_index;  // position in params, by name
+  std::map<int32_t, std::vector<TensorMeta>> listings;  // by tensor kind, kept for ort_model_tensor_info
   // AdamW state (PyTorch AdamW semantics), keyed by trainable tensor name.
   std::map<std::string, at::Tensor> exp_avg, exp_avg_sq;
   int64_t step = 0;
@@ -66,8 +81,6 @@ struct Model {
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const ort_arch& a);
 Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora);
 void finalize(Model& m);
-// trainable returns (name, tensor) for every tensor the optimizer updates.
-std::vector<std::pair<std::string, at::Tensor>> trainable(Model& m);
 // forward runs the decoder over ids [B, L] at positions [B, L]; with a cache
 // it writes keys/values at those positions and attends over the cache.
 // Returns the final-normed hidden states [B, L, H].
@@ -98,6 +111,26 @@ std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double tempera
                                        const volatile int32_t* cancel);
 void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bool backward, ort_loss_stats* st,
                       const volatile int32_t* cancel);
+
+// state.cpp: the model's named tensors by kind (ORT_KIND_*): listing,
+// reading and writing them by name with map lookups.
+void need_finalized(const Model& m);
+// index_weights records the HF weight names and shapes config.json implies.
+void index_weights(Model& m);
+// index_trainable records what the optimizer updates; finalize calls it.
+void index_trainable(Model& m);
+// trainable returns (name, tensor) for every tensor the optimizer updates,
+// in a stable order (HF names for full fine-tuning, PEFT names for LoRA).
+NamedTensors& trainable(Model& m);
+// list_tensors lists a kind's tensors, keeping the list until
+// forget_listings; refresh rebuilds it.
+const std::vector<TensorMeta>& list_tensors(Model& m, int32_t kind, bool refresh);
+void forget_listings(Model& m);
+// read_tensor returns a tensor by kind and name as a contiguous CPU tensor
+// (weights with their LoRA adapter folded in; gradients zero when absent).
+at::Tensor read_tensor(Model& m, int32_t kind, const std::string& name);
+// write_tensor overwrites or loads one tensor, checking its shape.
+void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Tensor& src);
 
 // train.cpp
 double optimizer_step(Model& m, double lr);

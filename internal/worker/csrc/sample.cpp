@@ -16,12 +16,15 @@ namespace ort {
 
 namespace {
 
-constexpr int32_t kStopToken = 1, kStopLength = 2;
-
-void validate(const Model& m, const ort_sample_request& r, int32_t i) {
+void validate(const Model& m, const ort_sample_request& r, const ort_sample_result& out, int32_t i) {
   const std::string where = "sample request " + std::to_string(i) + ": ";
   if (r.prompt_len < 1) throw std::runtime_error(where + "empty prompt");
   if (r.max_new_tokens < 1) throw std::runtime_error(where + "max_new_tokens must be >= 1");
+  if (out.ids == nullptr || out.logps == nullptr) throw std::runtime_error(where + "result buffers are missing");
+  if (out.cap < r.max_new_tokens) {
+    throw std::runtime_error(where + "result buffers have room for " + std::to_string(out.cap) + " tokens, max_new_tokens is " +
+                             std::to_string(r.max_new_tokens));
+  }
   for (int32_t j = 0; j < r.prompt_len; j++) {
     if (r.prompt[j] < 0 || r.prompt[j] >= m.arch.vocab_size) {
       throw std::runtime_error(where + "prompt token " + std::to_string(j) + ": id " + std::to_string(r.prompt[j]) +
@@ -76,7 +79,7 @@ std::pair<int64_t, double> pick(const at::Tensor& z, const ort_sample_request& r
 void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,
             const volatile int32_t* cancel) {
   if (n <= 0) throw std::runtime_error("empty batch: no sample requests");
-  for (int32_t i = 0; i < n; i++) validate(m, reqs[i], i);
+  for (int32_t i = 0; i < n; i++) validate(m, reqs[i], out[i], i);
   at::NoGradGuard ng;
   m.training = false;
   const auto& a = m.arch;
@@ -123,10 +126,10 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
       out[i].logps[out[i].n] = static_cast<float>(t.second);
       out[i].n++;
       if (std::find(reqs[i].stop_ids, reqs[i].stop_ids + reqs[i].n_stop, t.first) != reqs[i].stop_ids + reqs[i].n_stop) {
-        out[i].stop_reason = kStopToken;
+        out[i].stop_reason = ORT_STOP_TOKEN;
         done[i] = true;
       } else if (out[i].n >= reqs[i].max_new_tokens) {
-        out[i].stop_reason = kStopLength;
+        out[i].stop_reason = ORT_STOP_LENGTH;
         done[i] = true;
       }
       next[i] = t.first;

@@ -15,16 +15,17 @@ void zero_grad(Model& m) {
 
 double optimizer_step(Model& m, double lr) {
   at::NoGradGuard ng;
-  auto params = trainable(m);
+  const auto& params = trainable(m);
   std::vector<at::Tensor> sq;
-  for (auto& p : params) {
+  for (const auto& p : params) {
     const auto& g = p.second.grad();
     if (g.defined()) sq.push_back(g.to(acc_dtype(m)).pow(2).sum());
   }
   const double norm = sq.empty() ? 0.0 : at::stack(sq).sum().sqrt().item<double>();
   const auto& o = m.opts;
   std::vector<at::Tensor> ws, gs, m1s, vs;  // params with a gradient, and their state
-  for (auto& p : params) {
+  forget_listings(m);  // the loop below may create optimizer state
+  for (const auto& p : params) {
     const auto& g = p.second.grad();
     if (!g.defined()) continue;  // as torch.optim: no gradient, no update
     auto& m1 = m.exp_avg[p.first];

@@ -3,8 +3,12 @@
  * Rules: opaque handle, plain structs, no C++ types. Every function that can
  * fail returns 0 on success and nonzero on failure, writing a NUL-terminated
  * message into the caller's err buffer; no C++ exception or TORCH_CHECK ever
- * crosses this boundary. Bump ORT_ABI_VERSION on any change to this file; the
- * Go loader refuses a library whose ort_abi_version() differs.
+ * crosses this boundary. Every buffer the library writes into comes with its
+ * capacity, and a call whose output does not fit fails with a message instead
+ * of writing past it. The codes below are the one definition of each numeric
+ * vocabulary; the Go side checks its constants against them at compile time.
+ * Bump ORT_ABI_VERSION on any change to this file; the Go loader refuses a
+ * library whose ort_abi_version() differs.
  */
 #ifndef ORTRAIN_WORKER_ABI_H
 #define ORTRAIN_WORKER_ABI_H
@@ -16,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 1
+#define ORT_ABI_VERSION 2
 
 /* Element types; values cross the ABI. */
 enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
@@ -29,6 +33,37 @@ enum {
   ORT_KIND_GRAD = 3    /* gradient of a trainable tensor, by its weight/LoRA name (get only) */
 };
 
+/* Loss types (grpo.LossType, TRL's loss_type). */
+enum {
+  ORT_LOSS_DAPO = 0,
+  ORT_LOSS_GRPO = 1,
+  ORT_LOSS_BNPO = 2,
+  ORT_LOSS_DR_GRPO = 3,
+  ORT_LOSS_CISPO = 4,
+  ORT_LOSS_SAPO = 5,
+  ORT_LOSS_LUSPO = 6,
+  ORT_LOSS_VESPO = 7
+};
+
+/* Importance-sampling level (grpo.ISLevel, TRL's importance_sampling_level). */
+enum { ORT_IS_LEVEL_TOKEN = 0, ORT_IS_LEVEL_SEQUENCE = 1 };
+
+/* Importance-sampling correction between sampler and trainer log-probs
+ * (grpo.ISCorrection, TRL's vllm_importance_sampling_mode). */
+enum {
+  ORT_IS_OFF = 0,
+  ORT_IS_TOKEN_TRUNCATE = 1,
+  ORT_IS_TOKEN_MASK = 2,
+  ORT_IS_SEQUENCE_TRUNCATE = 3,
+  ORT_IS_SEQUENCE_MASK = 4
+};
+
+/* RoPE scaling (config.json rope_scaling type). */
+enum { ORT_ROPE_DEFAULT = 0, ORT_ROPE_LINEAR = 1, ORT_ROPE_LLAMA3 = 2 };
+
+/* Why sampling stopped (ort_sample_result.stop_reason). */
+enum { ORT_STOP_TOKEN = 1, ORT_STOP_LENGTH = 2 };
+
 typedef struct ort_model ort_model;
 
 /* Architecture, parsed from config.json by the Go side. */
@@ -36,7 +71,7 @@ typedef struct {
   int32_t vocab_size, hidden_size, intermediate_size, num_layers;
   int32_t num_heads, num_kv_heads, head_dim;
   double rms_eps, rope_theta;
-  int32_t rope_scaling; /* 0 none, 1 linear, 2 llama3 */
+  int32_t rope_scaling; /* ORT_ROPE_* */
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int32_t rope_original_max_pos;
   int32_t tie_embeddings, attention_bias, qk_norm; /* attention_bias: q/k/v biases */
@@ -80,9 +115,11 @@ typedef struct {
   int32_t grad_accum;
 } ort_batch;
 
-/* Mirrors grpo.LossConfig; enums use grpo's numeric values. */
+/* Mirrors grpo.LossConfig. */
 typedef struct {
-  int32_t loss_type, is_level, is_correction;
+  int32_t loss_type;     /* ORT_LOSS_* */
+  int32_t is_level;      /* ORT_IS_LEVEL_* */
+  int32_t is_correction; /* ORT_IS_* */
   double epsilon, epsilon_high, delta, beta, temperature;
   int32_t max_completion_length;
   double sapo_temp_pos, sapo_temp_neg;
@@ -90,11 +127,13 @@ typedef struct {
   double is_clip_min, is_clip_max, entropy_coef;
 } ort_loss_config;
 
-/* Sums and counts, so micro-batches reduce exactly. */
+/* Sums and counts, so micro-batches reduce exactly. The Go side reads this
+ * struct in place (worker.LossStats, layout checked at compile time). */
 typedef struct {
-  double loss;          /* the micro-batch loss that was back-propagated */
-  double active_tokens; /* sum of the loss mask */
-  double rows;
+  double loss;             /* the micro-batch loss that was back-propagated */
+  double active_tokens;    /* sum of the loss mask */
+  double rows;             /* rows in the micro-batch */
+  double rows_with_tokens; /* rows with at least one active token */
   double clip_low, clip_high, clip_region, clip_denom; /* counts; denom = tokens or rows */
   double clip_low_min, clip_high_max;                  /* per-row fraction extremes */
   double cispo_clip;
@@ -113,12 +152,14 @@ typedef struct {
   int64_t seed;
 } ort_sample_request;
 
-/* The caller allocates ids and logps with room for max_new_tokens. */
+/* The caller allocates ids and logps with room for cap tokens each; cap must
+ * be at least the request's max_new_tokens. */
 typedef struct {
   int32_t *ids;
   float *logps;
+  int32_t cap;
   int32_t n;
-  int32_t stop_reason; /* 1 stop token, 2 length, 3 cancelled */
+  int32_t stop_reason; /* ORT_STOP_* */
 } ort_sample_result;
 
 int ort_abi_version(void);
@@ -131,16 +172,23 @@ int ort_model_set_tensor(ort_model *m, int32_t kind, const char *name, int32_t d
                          int32_t ndim, const void *data, char *err, size_t err_len);
 /* Checks every weight was set, then builds LoRA adapters and the reference. */
 int ort_model_finalize(ort_model *m, char *err, size_t err_len);
+/* Lists the tensors of a kind, in a stable order, and keeps that list for
+ * ort_model_tensor_info, which reads entry index of it (so listing n tensors
+ * costs O(n)). Writing a tensor or stepping the optimizer drops the list. */
 int ort_model_tensor_count(ort_model *m, int32_t kind, int32_t *count, char *err, size_t err_len);
-/* shape has room for 8 dims. */
+/* name has room for name_len bytes (NUL included), shape for shape_len dims. */
 int ort_model_tensor_info(ort_model *m, int32_t kind, int32_t index, char *name, size_t name_len, int32_t *dtype,
-                          int64_t *shape, int32_t *ndim, char *err, size_t err_len);
+                          int64_t *shape, size_t shape_len, int32_t *ndim, char *err, size_t err_len);
+/* out has room for nbytes, which must be the tensor's exact size. */
 int ort_model_get_tensor(ort_model *m, int32_t kind, const char *name, void *out, size_t nbytes, char *err,
                          size_t err_len);
 
-/* Per-token log-probs and entropies of completion tokens (completion-aligned). */
+/* Per-token log-probs and entropies of completion tokens (completion-aligned);
+ * logps and entropies have room for logps_len and entropies_len floats, each
+ * at least the batch's completion token count. */
 int ort_logprobs(ort_model *m, const ort_batch *b, double temperature, int32_t reference, float *logps,
-                 float *entropies, const volatile int32_t *cancel, char *err, size_t err_len);
+                 size_t logps_len, float *entropies, size_t entropies_len, const volatile int32_t *cancel, char *err,
+                 size_t err_len);
 /* Loss of one micro-batch; with backward != 0, accumulates gradients. */
 int ort_forward_backward(ort_model *m, const ort_batch *b, const ort_loss_config *cfg, int32_t backward,
                          ort_loss_stats *stats, const volatile int32_t *cancel, char *err, size_t err_len);
