@@ -8,7 +8,8 @@ import (
 
 // LossType selects the per-token objective and its normaliser
 // (grpo-reference.md §4.4 and §4.6). It is parsed once, when the config
-// loads; the worker's C++ side mirrors these values in one switch.
+// loads. worker_abi.h defines the same codes; internal/worker/abi.go checks
+// them against these values at compile time.
 type LossType int32
 
 // The numeric values cross the C ABI: never renumber, only append.

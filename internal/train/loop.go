@@ -11,6 +11,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // Shape letters used below: K unique prompts per round, G completions per
@@ -21,29 +22,13 @@ import (
 // accumulation, optimizer steps, checkpoints. Tests use pure-Go fakes.
 type trainPolicy interface {
 	Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error)
-	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error)
+	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error)
 	OptimizerStep(ctx context.Context, lr float64) (gradNorm float64, err error)
 	// writeCheckpoint writes weights and optimizer state into dir.
 	writeCheckpoint(ctx context.Context, dir string) error
 	// DiscardGradients zeroes what the micro-steps of an unfinished step
 	// accumulated.
 	DiscardGradients(ctx context.Context) error
-}
-
-// LossStats are the sums and counts of one micro-batch, so reductions over
-// micro-batches are exact.
-type lossStats struct {
-	Loss           float64
-	Tokens         float64 // active (loss-mask) tokens
-	ClipLow        float64 // token counts (sequence level: rows)
-	ClipHigh       float64
-	ClipRegion     float64
-	ClipDenom      float64
-	KLSum          float64
-	EntropySum     float64
-	ClipLowMin     float64 // min over rows of the per-row low-clip fraction
-	ClipHighMax    float64
-	RowsWithTokens int
 }
 
 // Rollouts runs episodes (rollout.Runner).
@@ -244,7 +229,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}()
 	start := time.Now()
 	m := StepMetrics{Extra: map[string]float64{}}
-	var stats []lossStats
+	var stats []worker.LossStats
 	for range l.cfg.Shape.GA {
 		if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
 			if err := l.generateRound(ctx, &m); err != nil {
@@ -253,7 +238,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		}
 		mb := l.round[l.microStep%l.cfg.Shape.S]
 		t0 := time.Now()
-		st, err := l.withTimeout(ctx, func(c context.Context) (lossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
+		st, err := l.withTimeout(ctx, func(c context.Context) (worker.LossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
 		m.TrainTime += time.Since(t0)
 		if err != nil {
 			return m, fmt.Errorf("step %d micro-step %d: forward/backward: %w", l.step+1, l.microStep, err)
@@ -282,7 +267,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	return m, nil
 }
 
-func (l *stepLoop) withTimeout(ctx context.Context, f func(context.Context) (lossStats, error)) (lossStats, error) {
+func (l *stepLoop) withTimeout(ctx context.Context, f func(context.Context) (worker.LossStats, error)) (worker.LossStats, error) {
 	if l.cfg.TrainTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.TrainTimeout)

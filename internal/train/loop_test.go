@@ -13,6 +13,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // roundRollouts is a pure-Go stand-in for rollout.Runner: every trajectory's
@@ -70,14 +71,14 @@ func (p *recordingPolicy) Logprobs(ctx context.Context, rows []grpo.Row, tempera
 	return out, nil
 }
 
-func (p *recordingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error) {
+func (p *recordingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error) {
 	ids := make([]int32, len(mb.Rows))
 	for i, r := range mb.Rows {
 		ids[i] = r.Tokens[0]
 	}
 	p.microBatches = append(p.microBatches, ids)
 	p.oldLogps = append(p.oldLogps, mb.Rows[0].OldLogprobs != nil)
-	return lossStats{Loss: 0.5, Tokens: float64(grpo.ActiveTokens(mb.Rows))}, nil
+	return worker.LossStats{Loss: 0.5, ActiveTokens: float64(grpo.ActiveTokens(mb.Rows))}, nil
 }
 
 func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
@@ -189,4 +190,100 @@ func TestLoopStopsOnCancel(t *testing.T) {
 	require.ErrorIs(t, loop.Run(ctx), context.Canceled)
 	assert.Equal(t, 2, p.steps)
 	assert.Equal(t, 2, loop.State().Step)
+}
+
+// failingPolicy fails the forward/backward of one micro-step.
+type failingPolicy struct {
+	recordingPolicy
+	failAt int // 1-based micro-step that fails
+}
+
+func (p *failingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error) {
+	if len(p.microBatches)+1 == p.failAt {
+		p.microBatches = append(p.microBatches, nil)
+		return worker.LossStats{}, fmt.Errorf("worker out of memory")
+	}
+	return p.recordingPolicy.ForwardBackward(ctx, mb, cfg)
+}
+
+// A step that fails after some of its micro-steps leaves the loop at the
+// previous step boundary: state, sampler position and round as they were,
+// gradients discarded, and none of its rollouts logged. Issue 14, bug 1.
+func TestFailedStepRollsBackToTheStepBoundary(t *testing.T) {
+	// GA=2 over rounds of S=2 that feed mu=2 passes: micro-step 6 is the
+	// second micro-step of step 3, inside the second pass over round 1.
+	shape := roundShape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}
+	s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	require.NoError(t, err)
+	p := &failingPolicy{failAt: 6}
+	cfg := stepLoopConfig{
+		Shape: shape, Loss: grpo.DefaultLossConfig(), Scale: grpo.ScaleGroup, Aggregation: grpo.RewardLast,
+		MaxSteps: 10, Schedule: func(int) float64 { return 1e-3 }, LoggingSteps: 1, MaxFailureFrac: 0.5,
+		EnvNames: []string{"letters"}, Splits: []string{"train"}, Secrets: []map[string]string{nil},
+	}
+	ro := &taskRecorder{inner: &roundRollouts{}}
+	loop := newStepLoop(cfg, s, ro, p, &noSync{}, zerolog.Nop())
+	var logged []int
+	loop.OnTrajectory = func(step int, _ *rollout.Trajectory, _, _ float64) { logged = append(logged, step) }
+
+	for range 2 {
+		_, err := loop.TrainStep(context.Background())
+		require.NoError(t, err)
+	}
+	want := loop.State()
+	wantRound := loop.PendingRound()
+	require.Equal(t, State{Step: 2, MicroStep: 4, NumTokens: want.NumTokens, Sampler: want.Sampler}, want)
+	require.Nil(t, wantRound, "round 0 is consumed after step 2")
+
+	_, err = loop.TrainStep(context.Background())
+	require.ErrorContains(t, err, "out of memory")
+	assert.Equal(t, 2, loop.Step())
+	assert.Equal(t, want, loop.State())
+	assert.Equal(t, want.MicroStep, loop.microStep)
+	assert.Equal(t, want.Sampler, loop.sampler.State(), "the sampler is back where step 2 left it")
+	assert.Nil(t, loop.round)
+	assert.Equal(t, 1, p.discards, "the failed step's gradients were zeroed")
+	assert.Equal(t, 2, p.steps, "no optimizer step for the failed step")
+	assert.Equal(t, []int{1, 1, 1, 1, 1, 1, 1, 1}, logged, "only the trained round's rollouts are logged")
+
+	// Step 3 runs again from the boundary and trains on the same round it
+	// generated the first time (same sampler position, same seeds).
+	p.failAt = 0
+	_, err = loop.TrainStep(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 3, loop.Step())
+	require.Len(t, ro.rounds, 3, "rounds: step 1, step 3 (failed), step 3 again")
+	assert.Equal(t, ro.rounds[1], ro.rounds[2], "the retried step draws the same tasks with the same seeds")
+	assert.NotNil(t, loop.PendingRound(), "round 1 still feeds step 4")
+	assert.Len(t, logged, 16)
+}
+
+// taskRecorder records the tasks of every round it runs.
+type taskRecorder struct {
+	inner  rolloutRunner
+	rounds [][]rollout.Task
+}
+
+func (r *taskRecorder) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
+	r.rounds = append(r.rounds, tasks)
+	return r.inner.RunAll(ctx, tasks, onDone)
+}
+
+// A round that later steps still train on is saved with the checkpoint and
+// restored with it.
+func TestPendingRoundRoundTrips(t *testing.T) {
+	shape := roundShape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}
+	loop, _, _ := newTestLoop(t, shape, 10, &roundRollouts{})
+	_, err := loop.TrainStep(context.Background())
+	require.NoError(t, err)
+	round := loop.PendingRound()
+	require.Len(t, round, 2)
+	dir := t.TempDir()
+	require.NoError(t, writeRound(dir, round))
+	got, err := readRound(dir)
+	require.NoError(t, err)
+	assert.Equal(t, round, got)
+	none, err := readRound(t.TempDir())
+	require.NoError(t, err)
+	assert.Nil(t, none)
 }

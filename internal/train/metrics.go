@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // StepMetrics is everything logged for one optimizer step, reduced in one
@@ -40,12 +41,13 @@ type StepMetrics struct {
 // reduceLoss combines the micro-batch sums into the step's loss metrics:
 // the loss is the sum of micro-batch losses (each already normalised as the
 // loss type prescribes); entropy, KL and clip fractions are global masked means.
-func (m *StepMetrics) reduceLoss(stats []lossStats, cfg grpo.LossConfig) {
-	var tokens, ent, kl, low, high, region, denom float64
+func (m *StepMetrics) reduceLoss(stats []worker.LossStats, cfg grpo.LossConfig) {
+	var tokens, ent, kl, low, high, region, denom, cispo float64
 	m.ClipLowMin, m.ClipHighMax = math.Inf(1), math.Inf(-1)
 	for _, s := range stats {
 		m.Loss += s.Loss
-		tokens += s.Tokens
+		tokens += s.ActiveTokens
+		cispo += s.CISPOClip
 		ent += s.EntropySum
 		kl += s.KLSum
 		low += s.ClipLow
@@ -65,7 +67,8 @@ func (m *StepMetrics) reduceLoss(stats []lossStats, cfg grpo.LossConfig) {
 	m.ReportsClipping = cfg.Type.UsesClip()
 	m.ClipLowMean, m.ClipHighMean, m.ClipRegionMean = ratio(low, denom), ratio(high, denom), ratio(region, denom)
 	if cfg.Type == grpo.LossCISPO {
-		m.CISPOClipRatio = ratio(high, denom)
+		// The fraction of active tokens whose weight was capped (grpo-reference.md §6).
+		m.CISPOClipRatio = ratio(cispo, tokens)
 	}
 }
 

@@ -28,27 +28,8 @@ func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperatur
 	return lp, err
 }
 
-func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (lossStats, error) {
-	s, err := p.m.ForwardBackward(ctx, mb, cfg)
-	if err != nil {
-		return lossStats{}, err
-	}
-	rows := 0
-	for _, r := range mb.Rows {
-		if grpo.ActiveTokens([]grpo.Row{r}) > 0 {
-			rows++
-		}
-	}
-	clipHigh := s.ClipHigh
-	if cfg.Type == grpo.LossCISPO {
-		clipHigh = s.CISPOClip
-	}
-	return lossStats{
-		Loss: s.Loss, Tokens: s.ActiveTokens,
-		ClipLow: s.ClipLow, ClipHigh: clipHigh, ClipRegion: s.ClipRegion, ClipDenom: s.ClipDenom,
-		ClipLowMin: s.ClipLowMin, ClipHighMax: s.ClipHighMax,
-		KLSum: s.KLSum, EntropySum: s.EntropySum, RowsWithTokens: rows,
-	}, nil
+func (p *workerPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error) {
+	return p.m.ForwardBackward(ctx, mb, cfg)
 }
 
 func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {

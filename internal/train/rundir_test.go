@@ -86,3 +86,20 @@ func TestCheckFreshRunDir(t *testing.T) {
 	assert.NoDirExists(t, filepath.Join(dir, "checkpoints"))
 	assert.FileExists(t, filepath.Join(dir, "notes.txt"), "files a run does not write are kept")
 }
+
+// On resume the logs are cut back to the checkpoint's step: steps logged
+// after it by a killed run, and a torn last line, are dropped. Issue 14, bug 2.
+func TestTruncateJSONL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	lines := `{"step":1,"loss":0.5}
+{"step":2,"loss":0.4}
+{"step":3,"loss":0.3}
+{"step":2,"reward":1}
+{"step":4,"lo`
+	require.NoError(t, os.WriteFile(path, []byte(lines), 0o644))
+	require.NoError(t, truncateJSONL(path, 2))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"loss\":0.4}\n{\"step\":2,\"reward\":1}\n", string(b))
+	require.NoError(t, truncateJSONL(filepath.Join(t.TempDir(), "missing.jsonl"), 3), "a missing log stays missing")
+}
