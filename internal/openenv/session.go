@@ -127,6 +127,11 @@ func (s *socket) request(ctx context.Context, what string, frame []byte) ([]byte
 		if ctx.Err() != nil {
 			return nil, s.fail(fmt.Errorf("openenv %s: %w", what, ctx.Err()))
 		}
+		select {
+		case <-s.done: // the reader saw why: a close frame carries a status
+			err = s.err
+		default:
+		}
 		return nil, s.fail(s.connErr(what, err))
 	}
 	timer := time.NewTimer(s.opts.ReplyTimeout)

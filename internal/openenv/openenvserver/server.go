@@ -137,9 +137,8 @@ var (
 // Stats returns the session counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
-	live := int64(len(s.sessions))
-	s.mu.Unlock()
-	return Stats{Live: live, Created: s.created.Load(), Closed: s.closedCount.Load(), Reaped: s.reaped.Load(), Refused: s.refused.Load()}
+	defer s.mu.Unlock()
+	return Stats{Live: int64(len(s.sessions)), Created: s.created.Load(), Closed: s.closedCount.Load(), Reaped: s.reaped.Load(), Refused: s.refused.Load()}
 }
 
 // Serve accepts connections on l until Shutdown; it returns nil after a
@@ -271,8 +270,8 @@ func (s *Server) openSession(ctx context.Context, kind string, kill func(reason 
 	sess.touch()
 	s.mu.Lock()
 	s.sessions[sess.id] = sess
-	s.mu.Unlock()
 	s.created.Add(1)
+	s.mu.Unlock()
 	return sess, nil
 }
 
@@ -313,6 +312,7 @@ func (s *Server) endSession(sess *session, reason string) {
 	sess.ended.Do(func() {
 		s.mu.Lock()
 		delete(s.sessions, sess.id)
+		s.closedCount.Add(1) // with the delete, so Stats never sees neither
 		s.mu.Unlock()
 		if sess.kill != nil {
 			sess.kill(reason)
@@ -320,7 +320,6 @@ func (s *Server) endSession(sess *session, reason string) {
 		sess.mu.Lock()
 		s.closeInstance(sess.inst)
 		sess.mu.Unlock()
-		s.closedCount.Add(1)
 		s.release()
 	})
 }
