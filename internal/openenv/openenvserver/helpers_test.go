@@ -121,3 +121,11 @@ func subset(w, g any) bool {
 	gb, _ := json.Marshal(g)
 	return string(wb) == string(gb)
 }
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
