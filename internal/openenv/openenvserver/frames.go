@@ -46,9 +46,8 @@ func parseClientFrame(b []byte) (clientFrame, *frameError) {
 	if err := dec.Decode(&v); err != nil {
 		return clientFrame{}, &frameError{code: openenv.CodeInvalidJSON, message: "Invalid JSON: " + pyJSONError(b, err)}
 	}
-	if dec.More() {
-		off := int(dec.InputOffset())
-		return clientFrame{}, &frameError{code: openenv.CodeInvalidJSON, message: "Invalid JSON: " + pyPos("Extra data", b, skipSpace(b, off))}
+	if rest := skipSpace(b, int(dec.InputOffset())); rest < len(b) {
+		return clientFrame{}, &frameError{code: openenv.CodeInvalidJSON, message: "Invalid JSON: " + pyPos("Extra data", b, rest)}
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {

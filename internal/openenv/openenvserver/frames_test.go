@@ -31,6 +31,7 @@ func TestParseClientFrame(t *testing.T) {
 		{frame: ``, code: openenv.CodeInvalidJSON, msg: "Invalid JSON: Expecting value: line 1 column 1 (char 0)"},
 		{frame: "\n  x", code: openenv.CodeInvalidJSON, msg: "Invalid JSON: Expecting value: line 2 column 3 (char 3)"},
 		{frame: `{"type":"state"} {}`, code: openenv.CodeInvalidJSON, msg: "Invalid JSON: Extra data: line 1 column 18 (char 17)"},
+		{frame: `""}`, code: openenv.CodeInvalidJSON, msg: "Invalid JSON: Extra data: line 1 column 3 (char 2)"},
 		{frame: `[1,2]`, code: openenv.CodeSessionError, msg: "'list' object has no attribute 'get'"},
 		{frame: `"s"`, code: openenv.CodeSessionError, msg: "'str' object has no attribute 'get'"},
 		{frame: `3`, code: openenv.CodeSessionError, msg: "'int' object has no attribute 'get'"},

@@ -26,7 +26,7 @@ func capacityRPC(ce *capacityError) *openenv.RPCError {
 // rpcCall is the transport a JSON-RPC request came on.
 type rpcCall struct {
 	own    *session // the socket's own session; nil on HTTP
-	parseF func(body []byte, err error) string
+	parseF func(body []byte, err error, rest int) string
 }
 
 // handleRPC answers one JSON-RPC request body.
@@ -35,8 +35,9 @@ func (s *Server) handleRPC(ctx context.Context, body []byte, call rpcCall) opene
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		reply.Error = rpcErr(openenv.RPCParseError, call.parseF(body, err), nil)
+	err := dec.Decode(&v)
+	if rest := skipSpace(body, int(dec.InputOffset())); err != nil || rest < len(body) {
+		reply.Error = rpcErr(openenv.RPCParseError, call.parseF(body, err, rest), nil)
 		return reply
 	}
 	var req map[string]json.RawMessage
@@ -193,11 +194,13 @@ type sdkTool struct {
 	Execution    json.RawMessage `json:"execution"`
 }
 
-func httpParseError(_ []byte, _ error) string { return "Parse error" }
+func httpParseError([]byte, error, int) string { return "Parse error" }
 
-func wsParseError(body []byte, err error) string {
+// wsParseError words the /mcp socket's parse error like Python's json;
+// rest is where extra data starts when the value itself decoded.
+func wsParseError(body []byte, err error, rest int) string {
 	if err == nil {
-		return "Parse error: " + pyPos("Extra data", body, len(body))
+		return "Parse error: " + pyPos("Extra data", body, rest)
 	}
 	return fmt.Sprintf("Parse error: %s", pyJSONError(body, err))
 }
