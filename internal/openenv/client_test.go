@@ -149,9 +149,12 @@ func TestCapacity(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), k.srv.Stats().Live)
 
-	// /ws: CAPACITY_REACHED with the counts, socket closed.
+	// /ws: CAPACITY_REACHED with the counts, socket closed. The refusal
+	// and the close come before the client writes: the queued frame is
+	// still the answer, not a bare "connection closed".
 	s, err := c.Open(ctx)
 	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
 	_, err = s.Reset(ctx, nil)
 	var se *openenv.ServerError
 	require.ErrorAs(t, err, &se)

@@ -117,7 +117,16 @@ func (s *socket) request(ctx context.Context, what string, frame []byte) ([]byte
 	cancel()
 	if err != nil {
 		// A server that refused us (capacity) may have sent its error and
-		// closed before our write: that frame is the answer.
+		// closed before our write: that frame is the answer. The reader
+		// ends soon after a failed write; give it a moment to queue it.
+		if !timedOut && ctx.Err() == nil {
+			wait := time.NewTimer(min(s.opts.ReplyTimeout, time.Second))
+			select {
+			case <-s.done:
+			case <-wait.C:
+			}
+			wait.Stop()
+		}
 		if data, ok := s.pending(); ok {
 			return data, nil
 		}
