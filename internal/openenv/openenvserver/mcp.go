@@ -151,7 +151,7 @@ func (s *Server) dispatchRPC(ctx context.Context, method string, params map[stri
 		defer s.closeInstance(inst)
 		sess = &session{inst: inst}
 	}
-	sess.touch()
+	defer sess.begin()()
 	mcp, ok := sess.inst.(MCPInstance)
 	if !ok {
 		return nil, rpcErr(openenv.RPCInternalError, "Environment does not support MCP", nil)

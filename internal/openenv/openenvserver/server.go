@@ -207,7 +207,7 @@ func (s *Server) reap() {
 			s.mu.Lock()
 			var idle []*session
 			for _, sess := range s.sessions {
-				if now.Sub(time.Unix(0, sess.lastActive.Load())) > s.opts.IdleTimeout {
+				if sess.inFlight.Load() == 0 && now.Sub(time.Unix(0, sess.lastActive.Load())) > s.opts.IdleTimeout {
 					idle = append(idle, sess)
 				}
 			}
@@ -230,12 +230,24 @@ type session struct {
 	// requests; sockets are sequential anyway).
 	mu         sync.Mutex
 	lastActive atomic.Int64
+	// inFlight counts requests being served: a long step is not idleness.
+	inFlight atomic.Int32
 	// kill closes the socket holding the session (nil for HTTP sessions).
 	kill  func(reason string)
 	ended sync.Once
 }
 
 func (sess *session) touch() { sess.lastActive.Store(time.Now().UnixNano()) }
+
+// begin marks a request in flight; the returned func ends it.
+func (sess *session) begin() func() {
+	sess.touch()
+	sess.inFlight.Add(1)
+	return func() {
+		sess.inFlight.Add(-1)
+		sess.touch()
+	}
+}
 
 // capacityError is the refusal when every slot is taken.
 type capacityError struct{ active, max int }

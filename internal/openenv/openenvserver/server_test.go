@@ -223,3 +223,38 @@ func TestNewRejectsBadEnvs(t *testing.T) {
 	require.NoError(t, err, "one session needs no concurrency support")
 	require.NoError(t, srv.Shutdown(context.Background()))
 }
+
+type slowStep struct {
+	openenvserver.GymInstance
+	delay time.Duration
+}
+
+func (s slowStep) Step(ctx context.Context, a json.RawMessage) (openenvserver.Observation, error) {
+	time.Sleep(s.delay)
+	return s.GymInstance.Step(ctx, a)
+}
+
+// TestReaperSkipsBusySessions: a step longer than the idle timeout is not
+// idleness; the session is reaped only once it is idle.
+func TestReaperSkipsBusySessions(t *testing.T) {
+	env := envs.Guess()
+	inner := env.New
+	env.New = func(ctx context.Context) (openenvserver.Instance, error) {
+		inst, err := inner(ctx)
+		return slowStep{inst.(openenvserver.GymInstance), 300 * time.Millisecond}, err
+	}
+	base, srv := serve(t, env, openenvserver.Options{IdleTimeout: 100 * time.Millisecond, ReapInterval: 10 * time.Millisecond})
+	conn := dialWS(t, base, "/ws")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, frame := range []string{`{"type":"reset","data":{"target":3}}`, `{"type":"step","data":{"guess":3}}`} {
+		require.NoError(t, conn.Write(ctx, websocket.MessageText, []byte(frame)))
+		_, got, err := conn.Read(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, string(got), `"type":"observation"`)
+	}
+	assert.Equal(t, int64(0), srv.Stats().Reaped)
+	_, _, err := conn.Read(ctx)
+	assert.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err), "reaped once idle")
+	assert.Equal(t, int64(1), srv.Stats().Reaped)
+}

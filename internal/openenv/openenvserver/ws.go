@@ -58,7 +58,7 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 		if err != nil {
 			return
 		}
-		sess.touch()
+		done := sess.begin()
 		var reply []byte
 		end := false
 		if kind == "mcp-ws" {
@@ -66,6 +66,7 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 		} else {
 			reply, end = s.handleFrame(ctx, sess, data)
 		}
+		done()
 		if reply != nil {
 			wctx, wcancel := context.WithTimeout(ctx, s.opts.WriteTimeout)
 			err = conn.Write(wctx, websocket.MessageText, reply)
@@ -78,7 +79,6 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 			s.closeConn(conn, websocket.StatusNormalClosure, "")
 			return
 		}
-		sess.touch()
 	}
 }
 
