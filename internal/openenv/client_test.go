@@ -534,6 +534,31 @@ func TestServerNeverAnswers(t *testing.T) {
 	require.Error(t, s.Err(), "replies would no longer line up: the session is over")
 	require.NoError(t, s.Close(ctx))
 
+	// Close does not wait for a call's reply deadline: it cuts the socket.
+	slow := fastOptions()
+	slow.ReplyTimeout = time.Minute
+	s, err = newClient(t, url, slow).Open(ctx)
+	require.NoError(t, err)
+	resetErr := make(chan error, 1)
+	go func() {
+		_, err := s.Reset(ctx, nil)
+		resetErr <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	// Nil when the Reset was in flight (the usual case); if the machine
+	// was too slow to start it, Close ran first and reports the silent
+	// server after CloseTimeout, and the Reset finds the session closed.
+	closeErr := s.Close(ctx)
+	err = <-resetErr
+	var ce *openenv.ConnectionError
+	if closeErr == nil {
+		require.ErrorAs(t, err, &ce)
+		assert.Less(t, time.Since(start), time.Second)
+	} else {
+		require.ErrorIs(t, err, openenv.ErrSessionClosed)
+	}
+
 	err = c.Health(ctx)
 	require.ErrorAs(t, err, &te)
 

@@ -187,7 +187,12 @@ func (s *socket) fail(err error) error {
 // for the server to close, then closes the socket and stops the
 // goroutines. It returns the server's close status, or -1.
 func (s *socket) close(ctx context.Context, goodbye []byte) (int, error) {
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		// A call is waiting for its reply: cut the socket so it returns
+		// now rather than at its deadline.
+		_ = s.conn.CloseNow()
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	defer s.wg.Wait()
 	defer s.cancel()
