@@ -371,7 +371,9 @@ func TestMCPOverHTTPAndSocket(t *testing.T) {
 	require.NoError(t, err)
 	res, err := m.Call(ctx, "tools/call", map[string]any{"name": "echo_with_length", "arguments": map[string]string{"message": "abc"}})
 	require.NoError(t, err)
-	assert.Contains(t, string(res), `"length":3`)
+	var tr openenv.ToolResult
+	require.NoError(t, json.Unmarshal(res, &tr))
+	assert.JSONEq(t, `{"message":"abc","length":3}`, string(tr.Data))
 	_, err = m.Call(ctx, "tools/call", map[string]any{"name": "nope"})
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, openenv.RPCInternalError, re.Code)

@@ -166,3 +166,17 @@ func FuzzParseClientFrame(f *testing.F) {
 		}
 	})
 }
+
+func TestPyDumps(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`{"jsonrpc":"2.0","id":1,"result":{"data":"y","is_error":false}}`, `{"jsonrpc": "2.0", "id": 1, "result": {"data": "y", "is_error": false}}`},
+		{`{"a":"x, y: \"z\"","b":[1,2]}`, `{"a": "x, y: \"z\"", "b": [1, 2]}`},
+		{`{"é":"café 😀"}`, `{"\u00e9": "caf\u00e9 \ud83d\ude00"}`},
+		{`{"k":"\\"}`, `{"k": "\\"}`},
+		{`[]`, `[]`},
+	} {
+		got := pyDumps([]byte(tt.in))
+		assert.Equal(t, tt.want, string(got))
+		assert.JSONEq(t, tt.in, string(got))
+	}
+}

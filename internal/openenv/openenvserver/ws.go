@@ -62,7 +62,7 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 		var reply []byte
 		end := false
 		if kind == "mcp-ws" {
-			reply = mustMarshal(s.handleRPC(ctx, data, rpcCall{own: sess, parseF: wsParseError}))
+			reply = pyDumps(mustMarshal(s.handleRPC(ctx, data, rpcCall{own: sess, parseF: wsParseError})))
 		} else {
 			reply, end = s.handleFrame(ctx, sess, data)
 		}
@@ -90,9 +90,9 @@ func (s *Server) refuse(ctx context.Context, conn *websocket.Conn, kind string, 
 	var msg []byte
 	switch {
 	case kind == "mcp-ws" && errors.As(err, &ce):
-		msg = mustMarshal(openenv.RPCResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: capacityRPC(ce)})
+		msg = pyDumps(mustMarshal(openenv.RPCResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: capacityRPC(ce)}))
 	case kind == "mcp-ws":
-		msg = mustMarshal(openenv.RPCResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rpcErr(openenv.RPCInternalError, err.Error(), nil)})
+		msg = pyDumps(mustMarshal(openenv.RPCResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rpcErr(openenv.RPCInternalError, err.Error(), nil)}))
 	case errors.As(err, &ce):
 		msg = errorFrame(openenv.CodeCapacityReached, ce.Error(), map[string]any{"active_sessions": ce.active, "max_sessions": ce.max})
 	case errors.As(err, &fe):
