@@ -100,7 +100,9 @@ func TestCapturedHTTPMCP(t *testing.T) {
 	require.NoError(t, conn.Write(ctx, 1, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_message","arguments":{"message":"y"}}}`)))
 	_, reply, err := conn.Read(ctx)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "y", "annotations": null, "meta": null}], "structured_content": {"result": "y"}, "meta": null, "data": "y", "is_error": false}}`, string(reply))
+	captured := `{"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "y", "annotations": null, "meta": null}], "structured_content": {"result": "y"}, "meta": null, "data": "y", "is_error": false}}`
+	assert.JSONEq(t, captured, string(reply))
+	assert.Equal(t, captured, string(reply), "json.dumps layout, byte for byte")
 }
 
 // TestCapturedHTTP checks the HTTP endpoints of the §2 table.
