@@ -3,6 +3,7 @@ package envs_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,19 +16,35 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	assert.Equal(t, []string{"echo", "letters"}, envs.Names())
+	assert.Equal(t, []string{"echo", "guess", "letters", "mcp-echo"}, envs.Names())
 	list := envs.List()
-	require.Len(t, list, 2)
-	assert.Equal(t, envs.Info{Key: "echo", EnvName: "echoenvironment", Description: list[0].Description}, list[0])
-	assert.Equal(t, "letters", list[1].EnvName)
-	for _, info := range list {
-		assert.NotEmpty(t, info.Description)
+	require.Len(t, list, 4)
+	assert.Equal(t, envs.Info{Key: "echo", EnvName: "echoenvironment", Description: list[0].Description, Protocol: envs.ProtocolORS}, list[0])
+	want := []struct {
+		name     string
+		protocol envs.Protocol
+	}{{"echoenvironment", envs.ProtocolORS}, {"GuessEnvironment", envs.ProtocolOpenEnv}, {"letters", envs.ProtocolORS}, {"EchoEnvironment", envs.ProtocolOpenEnv}}
+	for i, info := range list {
+		assert.NotEmpty(t, info.Description, info.Key)
+		assert.Equal(t, want[i].name, info.EnvName, info.Key)
+		assert.Equal(t, want[i].protocol, info.Protocol, info.Key)
+		p, err := envs.ProtocolOf(strings.ToUpper(info.Key))
+		require.NoError(t, err)
+		assert.Equal(t, want[i].protocol, p)
+		// Every built-in can be served over OpenEnv.
+		oe, err := envs.NewOpenEnv(info.Key)
+		require.NoError(t, err)
+		assert.NotEmpty(t, oe.Name)
 	}
 	e, err := envs.New("ECHO")
 	require.NoError(t, err)
 	assert.Equal(t, "echoenvironment", e.Name)
 	_, err = envs.New("nope")
-	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, letters)`)
+	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, guess, letters, mcp-echo)`)
+	_, err = envs.New("guess")
+	require.EqualError(t, err, `built-in environment "guess" speaks OpenEnv only; serve it with protocol openenv`)
+	_, err = envs.ProtocolOf("nope")
+	require.Error(t, err)
 }
 
 func TestLettersScore(t *testing.T) {
@@ -149,5 +166,5 @@ func TestServeLocalStopsWithContext(t *testing.T) {
 
 func TestServeLocalUnknown(t *testing.T) {
 	_, _, _, err := envs.ServeLocal(context.Background(), "nope", orsserver.Options{})
-	require.ErrorContains(t, err, "available: echo, letters")
+	require.ErrorContains(t, err, "available: echo, guess, letters, mcp-echo")
 }

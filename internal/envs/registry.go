@@ -1,5 +1,7 @@
-// Package envs holds ortrain's built-in ORS environments, served by the
-// orsserver kit: echo (the TRL test fixture) and letters (the CPU demo).
+// Package envs holds ortrain's built-in environments: echo (the TRL test
+// fixture) and letters (the CPU demo), written for ORS with orsserver and
+// also servable over OpenEnv as MCP envs; guess (a Gym-style game) and
+// mcp-echo (OpenEnv's echo env), written for OpenEnv with openenvserver.
 package envs
 
 import (
@@ -11,20 +13,50 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 )
 
+// Protocol is an environment standard.
+type Protocol string
+
+// The protocols a built-in can speak.
+const (
+	ProtocolORS     Protocol = "ors"
+	ProtocolOpenEnv Protocol = "openenv"
+)
+
+// builtin is one registry entry: an ORS env (servable over both
+// protocols) or an OpenEnv-only env.
+type builtin struct {
+	ors         func() *orsserver.Env
+	openenv     func() *openenvserver.Env
+	description string // for OpenEnv-only envs
+}
+
+func (b builtin) protocol() Protocol {
+	if b.ors != nil {
+		return ProtocolORS
+	}
+	return ProtocolOpenEnv
+}
+
 // builtins maps a registry key to its constructor (read-only).
-var builtins = map[string]func() *orsserver.Env{
-	"echo":    Echo,
-	"letters": Letters,
+var builtins = map[string]builtin{
+	"echo":     {ors: Echo},
+	"letters":  {ors: Letters},
+	"guess":    {openenv: Guess},
+	"mcp-echo": {openenv: MCPEcho, description: "OpenEnv's echo env (MCP): tools echo_message and echo_with_length"},
 }
 
 // Info describes one built-in env.
 type Info struct {
 	Key         string // registry key (ortrain env serve KEY, builtin:KEY)
-	EnvName     string // ORS env name (path segment)
+	EnvName     string // ORS env name (path segment) or OpenEnv metadata name
 	Description string
+	// Protocol is the env's native protocol; ORS envs can also be served
+	// over OpenEnv (as MCP envs), OpenEnv envs only over OpenEnv.
+	Protocol Protocol
 }
 
 // Names lists the registry keys in sorted order.
@@ -41,24 +73,70 @@ func Names() []string {
 func List() []Info {
 	var out []Info
 	for _, k := range Names() {
-		e := builtins[k]()
-		out = append(out, Info{Key: k, EnvName: e.Name, Description: e.Description})
+		b := builtins[k]
+		info := Info{Key: k, Protocol: b.protocol(), Description: b.description}
+		if b.ors != nil {
+			e := b.ors()
+			info.EnvName, info.Description = e.Name, e.Description
+		} else {
+			e := b.openenv()
+			info.EnvName = e.Name
+			if info.Description == "" {
+				info.Description = e.Description
+			}
+		}
+		out = append(out, info)
 	}
 	return out
 }
 
-// New returns a fresh declaration of the built-in env key.
-func New(key string) (*orsserver.Env, error) {
-	ctor, ok := builtins[strings.ToLower(key)]
+func lookup(key string) (builtin, error) {
+	b, ok := builtins[strings.ToLower(key)]
 	if !ok {
-		return nil, fmt.Errorf("unknown built-in environment %q (available: %s)", key, strings.Join(Names(), ", "))
+		return builtin{}, fmt.Errorf("unknown built-in environment %q (available: %s)", key, strings.Join(Names(), ", "))
 	}
-	return ctor(), nil
+	return b, nil
 }
 
-// Listen serves the built-in env key on addr (host:port; port 0 picks a free
-// one). It returns the base URL, the server (for Stats) and stop, which shuts
-// the server down and tears down live sessions. Serving stops when ctx ends.
+// ProtocolOf is the native protocol of the built-in env key.
+func ProtocolOf(key string) (Protocol, error) {
+	b, err := lookup(key)
+	if err != nil {
+		return "", err
+	}
+	return b.protocol(), nil
+}
+
+// New returns a fresh ORS declaration of the built-in env key; OpenEnv-only
+// envs have none.
+func New(key string) (*orsserver.Env, error) {
+	b, err := lookup(key)
+	if err != nil {
+		return nil, err
+	}
+	if b.ors == nil {
+		return nil, fmt.Errorf("built-in environment %q speaks OpenEnv only; serve it with protocol openenv", key)
+	}
+	return b.ors(), nil
+}
+
+// NewOpenEnv returns a fresh OpenEnv declaration of the built-in env key:
+// its own, or its ORS declaration served as an MCP env.
+func NewOpenEnv(key string) (*openenvserver.Env, error) {
+	b, err := lookup(key)
+	if err != nil {
+		return nil, err
+	}
+	if b.openenv != nil {
+		return b.openenv(), nil
+	}
+	return openenvserver.FromORS(b.ors()), nil
+}
+
+// Listen serves the built-in env key over ORS on addr (host:port; port 0
+// picks a free one). It returns the base URL, the server (for Stats) and
+// stop, which shuts the server down and tears down live sessions. Serving
+// stops when ctx ends.
 func Listen(ctx context.Context, key, addr string, opts orsserver.Options) (url string, srv *orsserver.Server, stop func(context.Context) error, err error) {
 	env, err := New(key)
 	if err != nil {
@@ -68,17 +146,97 @@ func Listen(ctx context.Context, key, addr string, opts orsserver.Options) (url 
 	if err != nil {
 		return "", nil, nil, err
 	}
+	url, stop, err = serveOn(ctx, addr, srv)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return url, srv, stop, nil
+}
+
+// ServeLocal serves the built-in env key over ORS on 127.0.0.1 at a free
+// port; this is what a `builtin:NAME` target means for an ORS env.
+func ServeLocal(ctx context.Context, key string, opts orsserver.Options) (url string, srv *orsserver.Server, stop func(context.Context) error, err error) {
+	return Listen(ctx, key, "127.0.0.1:0", opts)
+}
+
+// ServeOptions tune the server of either protocol.
+type ServeOptions struct {
+	ORS     orsserver.Options
+	OpenEnv openenvserver.Options
+}
+
+// Served is a running built-in server. Exactly one of ORS and OpenEnv is
+// set, by Protocol.
+type Served struct {
+	URL      string
+	Protocol Protocol
+	ORS      *orsserver.Server
+	OpenEnv  *openenvserver.Server
+	// Stop shuts the server down (idempotent).
+	Stop func(context.Context) error
+}
+
+// ListenProtocol serves the built-in env key over protocol ("" for its
+// native one) on addr. ORS envs can be served over OpenEnv (as MCP envs);
+// OpenEnv envs only over OpenEnv. Serving stops when ctx ends.
+func ListenProtocol(ctx context.Context, key string, protocol Protocol, addr string, opts ServeOptions) (*Served, error) {
+	b, err := lookup(key)
+	if err != nil {
+		return nil, err
+	}
+	if protocol == "" {
+		protocol = b.protocol()
+	}
+	switch protocol {
+	case ProtocolORS:
+		url, srv, stop, err := Listen(ctx, key, addr, opts.ORS)
+		if err != nil {
+			return nil, err
+		}
+		return &Served{URL: url, Protocol: ProtocolORS, ORS: srv, Stop: stop}, nil
+	case ProtocolOpenEnv:
+		env, err := NewOpenEnv(key)
+		if err != nil {
+			return nil, err
+		}
+		srv, err := openenvserver.New(opts.OpenEnv, env)
+		if err != nil {
+			return nil, err
+		}
+		url, stop, err := serveOn(ctx, addr, srv)
+		if err != nil {
+			return nil, err
+		}
+		return &Served{URL: url, Protocol: ProtocolOpenEnv, OpenEnv: srv, Stop: stop}, nil
+	}
+	return nil, fmt.Errorf("unknown protocol %q (want %s or %s)", protocol, ProtocolORS, ProtocolOpenEnv)
+}
+
+// ServeLocalProtocol serves the built-in env key over protocol ("" for its
+// native one) on 127.0.0.1 at a free port: what `builtin:NAME` with a
+// protocol means.
+func ServeLocalProtocol(ctx context.Context, key string, protocol Protocol, opts ServeOptions) (*Served, error) {
+	return ListenProtocol(ctx, key, protocol, "127.0.0.1:0", opts)
+}
+
+// server is what both kits' servers offer.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+}
+
+func serveOn(ctx context.Context, addr string, srv server) (string, func(context.Context) error, error) {
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
-		return "", nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+		return "", nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	unwatch := context.AfterFunc(ctx, func() { _ = srv.Shutdown(context.Background()) })
 	var once sync.Once
 	var stopErr error
-	stop = func(sctx context.Context) error {
+	stop := func(sctx context.Context) error {
 		once.Do(func() {
 			unwatch()
 			stopErr = srv.Shutdown(sctx)
@@ -88,11 +246,5 @@ func Listen(ctx context.Context, key, addr string, opts orsserver.Options) (url 
 		})
 		return stopErr
 	}
-	return "http://" + l.Addr().String(), srv, stop, nil
-}
-
-// ServeLocal serves the built-in env key on 127.0.0.1 at a free port; this is
-// what a `builtin:NAME` target means.
-func ServeLocal(ctx context.Context, key string, opts orsserver.Options) (url string, srv *orsserver.Server, stop func(context.Context) error, err error) {
-	return Listen(ctx, key, "127.0.0.1:0", opts)
+	return "http://" + l.Addr().String(), stop, nil
 }

@@ -1,0 +1,155 @@
+package openenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ServerError is a {"type":"error"} frame. Code.EndsSession says whether the
+// server closed the socket after it.
+type ServerError struct {
+	Code    ErrorCode
+	Message string
+	// Errors are the pydantic issues of a VALIDATION_ERROR.
+	Errors []ValidationIssue
+	// ActiveSessions and MaxSessions come with CAPACITY_REACHED.
+	ActiveSessions, MaxSessions int
+	// FactoryName comes with FACTORY_ERROR.
+	FactoryName string
+}
+
+// Error reads like the reference client's RuntimeError.
+func (e *ServerError) Error() string {
+	msg := fmt.Sprintf("openenv server error: %s (code: %s)", e.Message, e.Code)
+	for i, v := range e.Errors {
+		if i == 3 {
+			msg += fmt.Sprintf("; and %d more", len(e.Errors)-3)
+			break
+		}
+		msg += "; " + v.String()
+	}
+	return msg
+}
+
+// RPCError is a JSON-RPC error object.
+type RPCError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func (e *RPCError) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
+
+// ConnectionError is a socket or HTTP connection that failed: refused,
+// dropped mid-episode, closed by the server with a code other than a reply.
+type ConnectionError struct {
+	Op string
+	// CloseCode is the WebSocket close status the server sent, or -1 when
+	// the connection died without one.
+	CloseCode int
+	Err       error
+}
+
+func (e *ConnectionError) Error() string {
+	if e.CloseCode >= 0 {
+		return fmt.Sprintf("openenv %s: connection closed (status %d): %v", e.Op, e.CloseCode, e.Err)
+	}
+	return fmt.Sprintf("openenv %s: %v", e.Op, e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// TimeoutError is a deadline that passed: no reply, no handshake or a
+// write that did not finish in time. The session is closed after it
+// because replies would no longer line up with requests.
+type TimeoutError struct {
+	Op    string
+	After time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("openenv %s: no answer within %s", e.Op, e.After)
+}
+
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// HTTPError is a non-200 HTTP reply.
+type HTTPError struct {
+	Method, URL string
+	Status      int
+	Body        string
+	// Detail holds FastAPI's 422 validation list, when the body has one.
+	Detail []ValidationIssue
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("openenv %s %s: HTTP %d: %s", e.Method, e.URL, e.Status, clip([]byte(e.Body)))
+}
+
+// ProtocolError is a reply that breaks the wire format.
+type ProtocolError struct {
+	Detail string
+	Frame  string
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("openenv protocol error: %s (frame %q)", e.Detail, e.Frame)
+}
+
+// NotOpenEnvError says a URL does not speak OpenEnv, and why.
+type NotOpenEnvError struct {
+	URL    string
+	Reason string
+	Err    error
+}
+
+func (e *NotOpenEnvError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s is not an OpenEnv server: %s: %v", e.URL, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("%s is not an OpenEnv server: %s", e.URL, e.Reason)
+}
+
+func (e *NotOpenEnvError) Unwrap() error { return e.Err }
+
+// ErrSessionClosed is returned by calls on a session after Close.
+var ErrSessionClosed = errors.New("openenv session is closed")
+
+// IsCapacity reports whether err is a capacity refusal (CAPACITY_REACHED
+// or JSON-RPC -32000).
+func IsCapacity(err error) bool {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Code == CodeCapacityReached
+	}
+	var re *RPCError
+	return errors.As(err, &re) && re.Code == RPCCapacity
+}
+
+// IsInfrastructure reports whether err is an infrastructure failure rather
+// than the model's doing: capacity, a dead or silent server, a broken
+// session, a protocol violation. Errors the model caused (validation,
+// execution, JSON-RPC tool errors) are not.
+func IsInfrastructure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Code.EndsSession()
+	}
+	var ce *ConnectionError
+	var te *TimeoutError
+	var pe *ProtocolError
+	var he *HTTPError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &te), errors.As(err, &pe), errors.Is(err, ErrSessionClosed):
+		return true
+	case errors.As(err, &he):
+		return he.Status >= 500 || he.Status == 429
+	}
+	return IsCapacity(err)
+}
