@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 )
 
@@ -24,6 +26,7 @@ type EnvServeOptions struct {
 	Host        string
 	Port        int
 	IdleTimeout time.Duration
+	Protocol    string
 }
 
 // newEnvCmd groups the built-in environment commands.
@@ -47,11 +50,17 @@ func newEnvServeCmd(deps *Deps, runF func(context.Context, *EnvServeOptions) err
 	opts := &EnvServeOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve NAME",
-		Short: "Serve a built-in environment over ORS until interrupted",
-		Long: `Serve the built-in environment NAME over the Open Reward Standard HTTP API and
-print its base URL on stdout. The server speaks the full protocol (SSE tool
-calls, resumable calls, idle reaping), so the Python openreward SDK and TRL can
-use it too (set OPENREWARD_API_URL and OPENREWARD_SESSION_URL to the URL).
+		Short: "Serve a built-in environment over ORS or OpenEnv until interrupted",
+		Long: `Serve the built-in environment NAME and print its base URL on stdout.
+
+ORS envs (echo, letters) are served over the Open Reward Standard HTTP API by
+default: the full protocol (SSE tool calls, resumable calls, idle reaping), so
+the Python openreward SDK and TRL can use it too (set OPENREWARD_API_URL and
+OPENREWARD_SESSION_URL to the URL). With --protocol openenv they are served
+over OpenEnv instead, as MCP envs (reset with split+index or task_spec; their
+tools become MCP tools). OpenEnv envs (guess, mcp-echo) are served over
+OpenEnv: /health, /schema, /metadata, /ws sessions, /mcp, stateless /reset,
+/step and /state, as openenv-core serves them.
 
 Sessions idle for --idle-timeout (no request, no ping) are torn down.
 SIGINT or SIGTERM stops the server gracefully: requests in flight finish and
@@ -61,6 +70,10 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
 		Example: `  # serve the TRL echo fixture on port 8080 and list its tasks and tools
   ortrain env serve echo --port 8080 &
   ortrain list-tasks --env http://127.0.0.1:8080 --tools
+
+  # the letters env as an OpenEnv MCP env, and the guessing game
+  ortrain env serve letters --protocol openenv --port 8001 &
+  ortrain env serve guess --port 8000
 
   # listen on every interface
   ortrain env serve letters --host 0.0.0.0 --port 9000`,
@@ -78,6 +91,7 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
 	cmd.Flags().StringVar(&opts.Host, "host", "127.0.0.1", "address to listen on")
 	cmd.Flags().IntVar(&opts.Port, "port", 8080, "TCP port (0 picks a free one)")
 	cmd.Flags().DurationVar(&opts.IdleTimeout, "idle-timeout", 15*time.Minute, "tear down sessions idle for this long")
+	cmd.Flags().StringVar(&opts.Protocol, "protocol", "", "ors or openenv (default: the env's own protocol)")
 	return cmd
 }
 
@@ -85,8 +99,13 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
 const shutdownGrace = 10 * time.Second
 
 func runEnvServe(ctx context.Context, opts *EnvServeOptions) error {
-	if _, err := envs.New(opts.Name); err != nil {
+	if _, err := envs.ProtocolOf(opts.Name); err != nil {
 		return &UsageError{Err: err}
+	}
+	switch opts.Protocol {
+	case "", string(envs.ProtocolORS), string(envs.ProtocolOpenEnv):
+	default:
+		return usageErrorf("--protocol %q is not a protocol (allowed: ors, openenv)", opts.Protocol)
 	}
 	if opts.Port < 0 || opts.Port > 65535 {
 		return usageErrorf("--port %d is not a TCP port (0-65535)", opts.Port)
@@ -97,19 +116,30 @@ func runEnvServe(ctx context.Context, opts *EnvServeOptions) error {
 	addr := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
 	// Serve on a context that outlives ctx, so shutdown below gets its own
 	// bounded deadline instead of the already-cancelled one.
-	url, srv, stop, err := envs.Listen(context.WithoutCancel(ctx), opts.Name, addr,
-		orsserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout, Version: Version()})
+	srv, err := envs.ListenProtocol(context.WithoutCancel(ctx), opts.Name, envs.Protocol(opts.Protocol), addr, envs.ServeOptions{
+		ORS:     orsserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout, Version: Version()},
+		OpenEnv: openenvserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout},
+	})
 	if err != nil {
+		var notServable *envs.ProtocolError
+		if errors.As(err, &notServable) {
+			return &UsageError{Err: err}
+		}
 		return fmt.Errorf("serve env %s: %w (is the port in use? try --port 0)", opts.Name, err)
 	}
-	fmt.Fprintln(opts.IO.Out, url)
-	opts.Logger.Info().Str("url", url).Strs("ors_envs", srv.EnvNames()).Msg("serving; stop with Ctrl-C")
+	fmt.Fprintln(opts.IO.Out, srv.URL)
+	opts.Logger.Info().Str("url", srv.URL).Str("protocol", string(srv.Protocol)).Msg("serving; stop with Ctrl-C")
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	err = stop(sctx)
-	st := srv.Stats()
-	opts.Logger.Info().Int64("sessions_created", st.Created).Int64("sessions_torn_down", st.Deleted).Int64("tool_calls", st.ToolCalls).Msg("stopped")
+	err = srv.Stop(sctx)
+	if srv.ORS != nil {
+		st := srv.ORS.Stats()
+		opts.Logger.Info().Int64("sessions_created", st.Created).Int64("sessions_torn_down", st.Deleted).Int64("tool_calls", st.ToolCalls).Msg("stopped")
+	} else {
+		st := srv.OpenEnv.Stats()
+		opts.Logger.Info().Int64("sessions_created", st.Created).Int64("sessions_closed", st.Closed).Int64("sessions_reaped", st.Reaped).Msg("stopped")
+	}
 	if err != nil {
 		return fmt.Errorf("stop env %s: %w", opts.Name, err)
 	}
@@ -121,14 +151,15 @@ func newEnvListCmd(deps *Deps) *cobra.Command {
 		Use:   "list",
 		Short: "List the built-in environments",
 		Long: `List the built-in environments: the name to pass to 'ortrain env serve' (or
-builtin:NAME), the ORS env name it serves under, and what it is for.`,
+builtin:NAME), the protocol it speaks natively, the env name it serves under
+(the ORS env name, or OpenEnv's metadata name), and what it is for.`,
 		Example: `  ortrain env list`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tp := newTablePrinter(deps.IO.Out, deps.IO.IsStdoutTTY())
-			tp.AddRow("NAME", "ORS NAME", "DESCRIPTION")
+			tp.AddRow("NAME", "PROTOCOL", "ENV NAME", "DESCRIPTION")
 			for _, e := range envs.List() {
-				tp.AddRow(e.Key, e.EnvName, e.Description)
+				tp.AddRow(e.Key, string(e.Protocol), e.EnvName, e.Description)
 			}
 			return tp.Render()
 		},

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/openenv"
 )
 
 // serveInBackground runs `ortrain env serve args...` until the test ends and
@@ -84,11 +86,13 @@ func TestEnvServeErrors(t *testing.T) {
 		code     int
 		contains string
 	}{
-		{"unknown env", []string{"env", "serve", "nope"}, ExitUsage, `unknown built-in environment "nope" (available: echo, letters)`},
+		{"unknown env", []string{"env", "serve", "nope"}, ExitUsage, `unknown built-in environment "nope" (available: echo, guess, letters, mcp-echo)`},
 		{"no name", []string{"env", "serve"}, ExitUsage, "accepts 1 arg"},
 		{"bad port", []string{"env", "serve", "echo", "--port", "70000"}, ExitUsage, "--port 70000 is not a TCP port"},
 		{"bad idle timeout", []string{"env", "serve", "echo", "--idle-timeout", "0s"}, ExitUsage, "--idle-timeout 0s must be positive"},
 		{"port in use", []string{"env", "serve", "echo", "--port", busyPort}, ExitError, "is the port in use?"},
+		{"bad protocol", []string{"env", "serve", "echo", "--protocol", "grpc"}, ExitUsage, `--protocol "grpc" is not a protocol (allowed: ors, openenv)`},
+		{"openenv env over ors", []string{"env", "serve", "guess", "--protocol", "ors", "--port", "0"}, ExitUsage, `"guess" speaks OpenEnv only`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,10 +108,12 @@ func TestEnvList(t *testing.T) {
 	code, out, errOut := execCLI(t, nil, "env", "list")
 	require.Equal(t, ExitOK, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 3)
-	assert.Equal(t, "NAME\tORS NAME\tDESCRIPTION", lines[0])
-	assert.True(t, strings.HasPrefix(lines[1], "echo\techoenvironment\t"), lines[1])
-	assert.True(t, strings.HasPrefix(lines[2], "letters\tletters\t"), lines[2])
+	require.Len(t, lines, 5)
+	assert.Equal(t, "NAME\tPROTOCOL\tENV NAME\tDESCRIPTION", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "echo\tors\techoenvironment\t"), lines[1])
+	assert.True(t, strings.HasPrefix(lines[2], "guess\topenenv\t"), lines[2])
+	assert.True(t, strings.HasPrefix(lines[3], "letters\tors\tletters\t"), lines[3])
+	assert.True(t, strings.HasPrefix(lines[4], "mcp-echo\topenenv\t"), lines[4])
 }
 
 // TestEnvServeThenListTasks is the issue's must-show: serve echo on a port,
@@ -129,4 +135,28 @@ TOOL	SCOPE	DESCRIPTION
 echo	shared	Echo the given text back. Echoing the task's target wins.
 hint	task	Get a hint about how to win.
 `, out)
+}
+
+// OpenEnv envs are served over OpenEnv, and an ORS env can be too (as an
+// MCP env): both answer /health and /metadata as openenv-core does.
+func TestEnvServeOverOpenEnv(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		name string
+	}{
+		{[]string{"guess", "--port", "0"}, "guess"},
+		{[]string{"letters", "--protocol", "openenv", "--port", "0"}, "letters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := serveInBackground(t, tc.args...)
+			c, err := openenv.NewClient(url, openenv.Options{})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, c.Health(ctx))
+			info, err := openenv.Probe(ctx, url, openenv.Options{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.name == "letters", info.MCP, "letters is served as an MCP env, guess is Gym-style")
+		})
+	}
 }

@@ -90,6 +90,17 @@ func List() []Info {
 	return out
 }
 
+// ProtocolError is a built-in env asked for over a protocol it cannot be
+// served over (an OpenEnv env over ORS).
+type ProtocolError struct {
+	Key      string
+	Protocol Protocol
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("built-in environment %q speaks OpenEnv only; it cannot be served over %s (use protocol openenv)", e.Key, e.Protocol)
+}
+
 func lookup(key string) (builtin, error) {
 	b, ok := builtins[strings.ToLower(key)]
 	if !ok {
@@ -115,7 +126,7 @@ func New(key string) (*orsserver.Env, error) {
 		return nil, err
 	}
 	if b.ors == nil {
-		return nil, fmt.Errorf("built-in environment %q speaks OpenEnv only; serve it with protocol openenv", key)
+		return nil, &ProtocolError{Key: key, Protocol: ProtocolORS}
 	}
 	return b.ors(), nil
 }
