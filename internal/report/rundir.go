@@ -26,8 +26,8 @@ const (
 	evalResultFile = "result.json"
 )
 
-// maxLineBytes bounds one JSONL line; a longer trajectory line is skipped
-// and counted instead of failing the whole report.
+// maxLineBytes bounds one JSONL line; a longer line is skipped and counted
+// instead of failing the whole report.
 const maxLineBytes = 64 << 20
 
 // manifest is the part of manifest.json the report shows.
@@ -90,7 +90,7 @@ func readMetrics(dir string) (*metricsTable, error) {
 	byStep := map[float64]map[string]float64{}
 	t := &metricsTable{}
 	n := 0
-	err = eachLine(f, func(line []byte) {
+	tooLong, err := eachLine(f, maxLineBytes, func(line []byte) {
 		n++
 		var raw map[string]any
 		if err := json.Unmarshal(line, &raw); err != nil {
@@ -112,6 +112,7 @@ func readMetrics(dir string) (*metricsTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", metricsFile, err)
 	}
+	t.skipped += tooLong
 	for s := range byStep {
 		t.steps = append(t.steps, s)
 	}
@@ -149,10 +150,11 @@ func (t *metricsTable) series(key string) (xs, ys []float64) {
 	return xs, ys
 }
 
-// eachLine calls fn with every complete line of r. A last line without a
+// eachLine calls fn with every complete line of r and returns how many
+// lines it skipped for being longer than maxLine. A last line without a
 // newline is a line a running trainer is still writing: it is dropped, so
-// --watch never reads half a record. Over-long lines are skipped.
-func eachLine(r io.Reader, fn func([]byte)) error {
+// --watch never reads half a record.
+func eachLine(r io.Reader, maxLine int, fn func([]byte)) (skipped int, err error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var long []byte
 	tooLong := false
@@ -160,23 +162,29 @@ func eachLine(r io.Reader, fn func([]byte)) error {
 		chunk, err := br.ReadSlice('\n')
 		switch {
 		case err == bufio.ErrBufferFull:
-			if !tooLong && len(long)+len(chunk) <= maxLineBytes {
+			if !tooLong && len(long)+len(chunk) <= maxLine {
 				long = append(long, chunk...)
 			} else {
 				tooLong, long = true, long[:0]
 			}
 			continue
 		case err == io.EOF:
-			return nil
+			return skipped, nil
 		case err != nil:
-			return err
+			return skipped, err
 		}
 		line := chunk
-		if len(long) > 0 || tooLong {
+		if len(long) > 0 {
 			line = append(long, chunk...)
 			long = long[:0]
 		}
-		if !tooLong && len(line) > 1 {
+		if !tooLong && len(line)-1 > maxLine {
+			tooLong = true
+		}
+		switch {
+		case tooLong:
+			skipped++
+		case len(line) > 1:
 			fn(line[:len(line)-1])
 		}
 		tooLong = false

@@ -103,7 +103,7 @@ func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajec
 		Step int `json:"step"`
 	}
 	seen := map[int]bool{}
-	if err := eachLine(f, func(line []byte) {
+	if _, err := eachLine(f, maxLineBytes, func(line []byte) {
 		stepOnly.Step = 0
 		if json.Unmarshal(line, &stepOnly) == nil {
 			seen[stepOnly.Step] = true
@@ -129,7 +129,7 @@ func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajec
 		return nil, fmt.Errorf("rewind %s: %w", trajectoriesFile, err)
 	}
 	groups := map[int]map[string]*group{}
-	err = eachLine(f, func(line []byte) {
+	tooLong, err := eachLine(f, maxLineBytes, func(line []byte) {
 		out.TotalRuns++
 		stepOnly.Step = 0
 		if json.Unmarshal(line, &stepOnly) != nil {
@@ -171,6 +171,8 @@ func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajec
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", trajectoriesFile, err)
 	}
+	out.Skipped += tooLong
+	out.TotalRuns += tooLong
 	for _, ss := range out.Steps {
 		var gs []*group
 		for _, g := range groups[ss.Step] {
