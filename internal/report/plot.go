@@ -283,27 +283,53 @@ func legendOf(c chart) []legendEntry {
 	return out
 }
 
-// distinctTicks are gonum's default ticks labelled with the fewest
-// significant digits that keep neighbouring labels apart (the default
-// labels a narrow range like 5.7501…5.7523 as 5.75 three times).
+// distinctTicks are gonum's default ticks with plain decimal labels that
+// are exact and distinct: gonum's own labels turn a narrow range like
+// 5.7521…5.7523 into three "5.75"s, and 'g' formatting writes step 400 as
+// "4e+02". Very large or very small magnitudes keep exponent notation.
 type distinctTicks struct{}
 
 func (distinctTicks) Ticks(min, max float64) []plot.Tick {
 	ticks := plot.DefaultTicks{}.Ticks(min, max)
-	for prec := 2; prec <= 12; prec++ {
-		seen := map[string]bool{}
-		unique := true
-		for i := range ticks {
-			if ticks[i].Label == "" {
-				continue
-			}
-			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', prec, 64)
-			if seen[ticks[i].Label] {
-				unique = false
-			}
-			seen[ticks[i].Label] = true
+	var major []int
+	maxAbs := 0.0
+	for i, t := range ticks {
+		if t.Label != "" {
+			major = append(major, i)
+			maxAbs = math.Max(maxAbs, math.Abs(t.Value))
 		}
-		if unique {
+	}
+	span := max - min
+	if span <= 0 {
+		span = math.Max(maxAbs, 1)
+	}
+	label := func(v float64, digits int) (string, bool) {
+		if maxAbs >= 1e6 || maxAbs < 1e-4 && maxAbs != 0 {
+			s := strconv.FormatFloat(v, 'g', digits+1, 64)
+			back, _ := strconv.ParseFloat(s, 64)
+			return s, math.Abs(back-v) <= 1e-6*span
+		}
+		p := math.Pow(10, float64(digits))
+		r := math.Round(v*p) / p
+		return strconv.FormatFloat(r, 'f', -1, 64), math.Abs(r-v) <= 1e-6*span
+	}
+	for digits := 0; digits <= 12; digits++ {
+		seen := map[string]bool{}
+		ok := true
+		labels := make([]string, len(major))
+		for j, i := range major {
+			l, exact := label(ticks[i].Value, digits)
+			if !exact || seen[l] {
+				ok = false
+				break
+			}
+			seen[l] = true
+			labels[j] = l
+		}
+		if ok {
+			for j, i := range major {
+				ticks[i].Label = labels[j]
+			}
 			break
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -460,4 +461,39 @@ func TestGenerateOnRecordedQuickstartRun(t *testing.T) {
 	// 4 steps × 2 groups, each with its best and worst rollout.
 	assert.Equal(t, 8, strings.Count(html, `class="traj best"`))
 	assert.Equal(t, 8, strings.Count(html, `class="traj worst"`))
+}
+
+func TestTickLabels(t *testing.T) {
+	tests := []struct {
+		min, max float64
+	}{
+		{1, 3000},
+		{5.7521, 5.7523},
+		{0, 1},
+		{0.0009, 0.0011},
+		{1e-7, 5e-7},
+		{0, 4e9},
+	}
+	for _, tt := range tests {
+		var labels []string
+		for _, tk := range (distinctTicks{}).Ticks(tt.min, tt.max) {
+			if tk.Label == "" {
+				continue
+			}
+			labels = append(labels, tk.Label)
+			v, err := strconv.ParseFloat(tk.Label, 64)
+			require.NoError(t, err, tk.Label)
+			assert.InDelta(t, tk.Value, v, 1e-6*(tt.max-tt.min), "label %q of %g", tk.Label, tk.Value)
+			if tt.max < 1e6 && tt.max >= 1e-4 {
+				assert.NotContains(t, tk.Label, "e", "plain decimals in [%g, %g]", tt.min, tt.max)
+			}
+		}
+		require.GreaterOrEqual(t, len(labels), 2, "[%g, %g]", tt.min, tt.max)
+		seen := map[string]bool{}
+		for _, l := range labels {
+			assert.False(t, seen[l], "duplicate label %q in [%g, %g]: %v", l, tt.min, tt.max, labels)
+			seen[l] = true
+		}
+		t.Logf("[%g, %g]: %v", tt.min, tt.max, labels)
+	}
 }
