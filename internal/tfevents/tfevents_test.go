@@ -212,3 +212,14 @@ func FuzzReadEvents(f *testing.F) {
 		require.Len(t, back, len(events))
 	})
 }
+
+func TestTrainerTags(t *testing.T) {
+	got := TrainerTags(map[string]float64{
+		"step": 3, "loss": 0.5, "reward": 0.25, "rewards/letters/mean": 0.1,
+		"eval_reward": 0.7, "test_loss": 1, "time/rollout": 2,
+	})
+	assert.Equal(t, map[string]float64{
+		"train/loss": 0.5, "train/reward": 0.25, "train/rewards/letters/mean": 0.1,
+		"eval/reward": 0.7, "test/loss": 1, "train/time/rollout": 2,
+	}, got)
+}
