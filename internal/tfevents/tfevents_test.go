@@ -20,9 +20,11 @@ import (
 
 // TestMaskedCRCKnownValues pins the CRC to published values so writer and
 // reader cannot agree on a wrong checksum: CRC32C("123456789") = 0xe3069283
-// (RFC 3720 check value), and the empty-record framing TensorFlow writes.
+// (RFC 3720 check value), CRC32C("abcd") = 0x92c80a31 (tensorboardX's own
+// test vector), and the masking TFRecord applies.
 func TestMaskedCRCKnownValues(t *testing.T) {
 	require.Equal(t, uint32(0xe3069283), crc32.Checksum([]byte("123456789"), castagnoli))
+	require.Equal(t, uint32(0x92c80a31), crc32.Checksum([]byte("abcd"), castagnoli))
 	c := uint32(0xe3069283)
 	assert.Equal(t, ((c>>15)|(c<<17))+0xa282ead8, maskedCRC([]byte("123456789")))
 	// CRC32C of zero bytes is 0, so the masked CRC is the mask delta itself.
