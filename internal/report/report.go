@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -93,14 +94,14 @@ func Generate(ctx context.Context, runDir string, w io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
-	metrics, err := readMetrics(runDir)
+	metrics, err := readMetrics(ctx, runDir)
 	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	trajs, err := readTrajectories(runDir, m, opts.SampledSteps, opts.GroupsPerStep)
+	trajs, err := readTrajectories(ctx, runDir, m, opts.SampledSteps, opts.GroupsPerStep)
 	if err != nil {
 		return err
 	}
@@ -255,7 +256,14 @@ func sortedKeys(m map[string]float64) []string {
 	for k := range m {
 		out = append(out, k)
 	}
-	// pass@k keys sort by k as a number where they are numbers.
-	slicesSortNumeric(out)
+	// pass@k keys sort by k as a number ("2" < "10"), others as strings.
+	sort.Slice(out, func(i, j int) bool {
+		a, errA := strconv.Atoi(out[i])
+		b, errB := strconv.Atoi(out[j])
+		if errA == nil && errB == nil {
+			return a < b
+		}
+		return out[i] < out[j]
+	})
 	return out
 }

@@ -197,7 +197,7 @@ func TestEachLine(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			skipped, err := eachLine(strings.NewReader(tt.in), tt.max, func(b []byte) { got = append(got, string(b)) })
+			skipped, err := eachLine(context.Background(), strings.NewReader(tt.in), tt.max, func(b []byte) { got = append(got, string(b)) })
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantLines, got)
 			assert.Equal(t, tt.wantSkipped, skipped)
@@ -206,7 +206,7 @@ func TestEachLine(t *testing.T) {
 	// Lines longer than the reader's 1 MiB buffer are joined.
 	big := strings.Repeat("z", 3<<20)
 	var got []string
-	skipped, err := eachLine(strings.NewReader(big+"\nq\n"), 4<<20, func(b []byte) { got = append(got, string(b)) })
+	skipped, err := eachLine(context.Background(), strings.NewReader(big+"\nq\n"), 4<<20, func(b []byte) { got = append(got, string(b)) })
 	require.NoError(t, err)
 	assert.Zero(t, skipped)
 	require.Len(t, got, 2)
@@ -237,7 +237,7 @@ not json
 {"step":2,"loss":0.5}
 {"step":3,"lo`
 	require.NoError(t, os.WriteFile(filepath.Join(dir, metricsFile), []byte(data), 0o644))
-	m, err := readMetrics(dir)
+	m, err := readMetrics(context.Background(), dir)
 	require.NoError(t, err)
 	assert.Equal(t, []float64{1, 2}, m.steps)
 	xs, ys := m.series("loss")
@@ -268,7 +268,7 @@ func TestTrajectorySampleBestWorstAndBounds(t *testing.T) {
 		Name   string `json:"name"`
 		Split  string `json:"split"`
 	}{Name: "letters"})
-	s, err := readTrajectories(dir, m, 5, 2)
+	s, err := readTrajectories(context.Background(), dir, m, 5, 2)
 	require.NoError(t, err)
 	assert.Equal(t, len(rows), s.TotalRuns)
 	var steps []int
@@ -426,7 +426,7 @@ func FuzzReadMetrics(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dir, metricsFile), data, 0o644))
-		m, err := readMetrics(dir)
+		m, err := readMetrics(context.Background(), dir)
 		require.NoError(t, err)
 		require.Len(t, m.rows, len(m.steps))
 		for i := 1; i < len(m.steps); i++ {
@@ -496,4 +496,11 @@ func TestTickLabels(t *testing.T) {
 		}
 		t.Logf("[%g, %g]: %v", tt.min, tt.max, labels)
 	}
+}
+
+func TestGenerateStopsOnCanceledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := Generate(ctx, filepath.Join("testdata", "quickstart-run"), &bytes.Buffer{}, Options{})
+	require.ErrorIs(t, err, context.Canceled)
 }

@@ -5,6 +5,7 @@ package report
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ type metricsTable struct {
 	skipped int // lines that were not JSON objects
 }
 
-func readMetrics(dir string) (*metricsTable, error) {
+func readMetrics(ctx context.Context, dir string) (*metricsTable, error) {
 	f, err := os.Open(filepath.Join(dir, metricsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return &metricsTable{}, nil
@@ -90,7 +91,7 @@ func readMetrics(dir string) (*metricsTable, error) {
 	byStep := map[float64]map[string]float64{}
 	t := &metricsTable{}
 	n := 0
-	tooLong, err := eachLine(f, maxLineBytes, func(line []byte) {
+	tooLong, err := eachLine(ctx, f, maxLineBytes, func(line []byte) {
 		n++
 		var raw map[string]any
 		if err := json.Unmarshal(line, &raw); err != nil {
@@ -153,12 +154,18 @@ func (t *metricsTable) series(key string) (xs, ys []float64) {
 // eachLine calls fn with every complete line of r and returns how many
 // lines it skipped for being longer than maxLine. A last line without a
 // newline is a line a running trainer is still writing: it is dropped, so
-// --watch never reads half a record.
-func eachLine(r io.Reader, maxLine int, fn func([]byte)) (skipped int, err error) {
+// --watch never reads half a record. It stops early when ctx is done.
+func eachLine(ctx context.Context, r io.Reader, maxLine int, fn func([]byte)) (skipped int, err error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var long []byte
 	tooLong := false
-	for {
+	for n := 0; ; n++ {
+		// A run's files can be large: let Ctrl-C through between lines.
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return skipped, err
+			}
+		}
 		chunk, err := br.ReadSlice('\n')
 		switch {
 		case err == bufio.ErrBufferFull:

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,7 +88,7 @@ type trajectorySample struct {
 	TotalRuns int
 }
 
-func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajectorySample, error) {
+func readTrajectories(ctx context.Context, dir string, m *manifest, maxSteps, maxGroups int) (*trajectorySample, error) {
 	path := filepath.Join(dir, trajectoriesFile)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -103,7 +104,7 @@ func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajec
 		Step int `json:"step"`
 	}
 	seen := map[int]bool{}
-	if _, err := eachLine(f, maxLineBytes, func(line []byte) {
+	if _, err := eachLine(ctx, f, maxLineBytes, func(line []byte) {
 		stepOnly.Step = 0
 		if json.Unmarshal(line, &stepOnly) == nil {
 			seen[stepOnly.Step] = true
@@ -129,7 +130,7 @@ func readTrajectories(dir string, m *manifest, maxSteps, maxGroups int) (*trajec
 		return nil, fmt.Errorf("rewind %s: %w", trajectoriesFile, err)
 	}
 	groups := map[int]map[string]*group{}
-	tooLong, err := eachLine(f, maxLineBytes, func(line []byte) {
+	tooLong, err := eachLine(ctx, f, maxLineBytes, func(line []byte) {
 		out.TotalRuns++
 		stepOnly.Step = 0
 		if json.Unmarshal(line, &stepOnly) != nil {
