@@ -48,11 +48,6 @@ func newChartBuilder(t *metricsTable) *chartBuilder {
 	return &chartBuilder{t: t, keys: t.keys(), used: map[string]bool{"step": true}}
 }
 
-func (b *chartBuilder) has(key string) bool {
-	_, ok := b.t.valuesOf(key)
-	return ok
-}
-
 // line returns the series of key (and key's std series if stdKey is set)
 // and marks both used; ok is false when key was never logged.
 func (b *chartBuilder) line(name, key, stdKey string) (series, bool) {
@@ -62,7 +57,7 @@ func (b *chartBuilder) line(name, key, stdKey string) (series, bool) {
 	}
 	b.used[key] = true
 	s := series{Name: name, X: xs, Y: ys}
-	if stdKey != "" && b.has(stdKey) {
+	if stdKey != "" && b.t.logged(stdKey) {
 		b.used[stdKey] = true
 		s.Std = make([]float64, len(xs))
 		for i, x := range xs {

@@ -273,15 +273,14 @@ func readEvals(dir string) ([]evalRun, error) {
 	return out, nil
 }
 
-// valuesOf reports whether key was logged at any step.
-func (t *metricsTable) valuesOf(key string) (int, bool) {
-	n := 0
+// logged reports whether key was logged at any step.
+func (t *metricsTable) logged(key string) bool {
 	for _, r := range t.rows {
 		if _, ok := r[key]; ok {
-			n++
+			return true
 		}
 	}
-	return n, n > 0
+	return false
 }
 
 // at is key's value at step, 0 where it was not logged.
