@@ -56,6 +56,9 @@ page reloads itself; Ctrl-C stops watching. The report's path is printed on stdo
 			if opts.Interval <= 0 {
 				return usageErrorf("--interval must be positive, got %s", opts.Interval)
 			}
+			if opts.SampledSteps < 1 || opts.GroupsPerStep < 1 {
+				return usageErrorf("--steps and --groups must be at least 1, got %d and %d", opts.SampledSteps, opts.GroupsPerStep)
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}

@@ -224,7 +224,8 @@ func TestReportCommandErrors(t *testing.T) {
 		{"no run dir", []string{"report"}, ExitUsage, "accepts 1 arg"},
 		{"empty dir", []string{"report", empty}, ExitUsage, "not a run directory"},
 		{"a file", []string{"report", file}, ExitUsage, "is a file"},
-		{"missing dir", []string{"report", filepath.Join(empty, "nope")}, ExitError, "no such file"},
+		{"missing dir", []string{"report", filepath.Join(empty, "nope")}, ExitUsage, "does not exist"},
+		{"no groups", []string{"report", empty, "--groups", "0"}, ExitUsage, "--steps and --groups must be at least 1"},
 		{"bad interval", []string{"report", empty, "--watch", "--interval", "0s"}, ExitUsage, "--interval must be positive"},
 	}
 	for _, tt := range tests {

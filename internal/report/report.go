@@ -158,6 +158,9 @@ func Generate(ctx context.Context, runDir string, w io.Writer, opts Options) err
 
 func checkRunDir(dir string) error {
 	st, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s does not exist", ErrNotRunDir, dir)
+	}
 	if err != nil {
 		return fmt.Errorf("open run directory: %w", err)
 	}

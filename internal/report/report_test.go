@@ -374,8 +374,13 @@ func TestGenerateReadsEvals(t *testing.T) {
 }
 
 func TestGenerateRejectsNonRunDir(t *testing.T) {
-	err := Generate(context.Background(), t.TempDir(), &bytes.Buffer{}, Options{})
-	require.ErrorIs(t, err, ErrNotRunDir)
+	dir := t.TempDir()
+	file := filepath.Join(dir, metricsFile)
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, path := range []string{t.TempDir(), filepath.Join(dir, "missing"), file} {
+		err := Generate(context.Background(), path, &bytes.Buffer{}, Options{})
+		require.ErrorIs(t, err, ErrNotRunDir, path)
+	}
 }
 
 func TestWatchRewritesOnChangeAndStops(t *testing.T) {
