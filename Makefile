@@ -13,6 +13,7 @@ build:
 # libtorch of a pip torch where one is importable) and builds the worker.
 setup:
 	scripts/install-libtorch.sh
+	scripts/install-test-tools.sh
 	$(MAKE) worker
 
 worker:

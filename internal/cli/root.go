@@ -126,6 +126,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 		newListTasksCmd(deps, nil),
 		newDoctorCmd(deps, nil),
 		newProbeWorkerCmd(deps),
+		newReportCmd(deps, nil),
 	)
 	return root
 }
