@@ -4,7 +4,7 @@ BIN     := bin/ortrain
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/ortrain/ortrain/internal/cli.version=$(VERSION)
 
-.PHONY: build test test-go lint install setup worker demo bench clean
+.PHONY: build test test-tools test-go lint install setup worker demo bench clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ortrain
@@ -13,14 +13,17 @@ build:
 # libtorch of a pip torch where one is importable) and builds the worker.
 setup:
 	scripts/install-libtorch.sh
-	scripts/install-test-tools.sh
 	$(MAKE) worker
 
 worker:
 	scripts/build-worker.sh
 
+# test-tools: what only the tests need (headless Chromium for the report test).
+test-tools:
+	scripts/install-test-tools.sh
+
 # test: everything that needs no GPU and no network, race detector on.
-test: setup lint test-go
+test: setup test-tools lint test-go
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m ./...
