@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	// the pure-Go toy backend of serve's and engine's tests.
 	"internal/engine/serve/servetest": {"internal/engine"},
 	"internal/envs":                   {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
-	"internal/envtarget":              {"internal/envs", "internal/ors", "internal/ors/orsserver"},
+	"internal/envtarget":              {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/grpo":                   {},
 	"internal/model":                  {},
 	"internal/openenv":                {"internal/backoff"},

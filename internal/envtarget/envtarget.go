@@ -143,6 +143,11 @@ type Options struct {
 	// Getenv reads OPENREWARD_* variables (nil: none set).
 	Getenv func(string) string
 	Logger zerolog.Logger
+	// Protocol is "ors", "openenv", "auto" (probe a URL and log what it
+	// found) or "" (a builtin's own protocol; ORS for URLs and catalog names).
+	Protocol string
+	// OpenEnv shapes an OpenEnv target's tasks and turns.
+	OpenEnv OpenEnvOptions
 }
 
 // Resolve connects to target. A builtin:NAME target is served on loopback
@@ -155,7 +160,47 @@ func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
 	if target == "" {
 		return nil, &TargetError{Target: target, Reason: "empty target"}
 	}
-	return resolveORS(ctx, target, opts)
+	switch opts.Protocol {
+	case "", string(ORS), string(OpenEnv), "auto":
+	default:
+		return nil, &TargetError{Target: target, Reason: fmt.Sprintf("protocol %q is not ors, openenv or auto", opts.Protocol)}
+	}
+	switch KindOf(target) {
+	case KindBuiltin:
+		return resolveBuiltin(ctx, target, opts)
+	case KindCatalog:
+		if opts.Protocol == string(OpenEnv) {
+			return nil, &TargetError{Target: target, Reason: "catalog names are ORS environments; an OpenEnv target is a URL (a Docker container or an HF Space)"}
+		}
+		return resolveORS(ctx, target, target, target, opts)
+	}
+	switch opts.Protocol {
+	case string(OpenEnv):
+		return openOpenEnv(ctx, target, target, target, opts)
+	case "auto":
+		return probeURL(ctx, target, opts)
+	}
+	return resolveORS(ctx, target, target, target, opts)
+}
+
+// probeURL finds which standard a URL speaks: OpenEnv (/health, /schema),
+// then ORS (/splits); the error names both probes.
+func probeURL(ctx context.Context, target string, opts Options) (Env, error) {
+	oe, oerr := openOpenEnv(ctx, target, target, target, opts)
+	if oerr == nil {
+		opts.Logger.Info().Str("env", target).Str("protocol", string(OpenEnv)).Bool("mcp", oe.mcp).Msg("protocol probe")
+		return oe, nil
+	}
+	e, err := resolveORS(ctx, target, target, target, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, serr := e.(*orsEnv).client.Splits(ctx); serr != nil {
+		_ = e.Close(ctx)
+		return nil, &TargetError{Target: target, Reason: fmt.Sprintf("speaks neither OpenEnv (%v) nor ORS (GET /splits: %v)", oerr, serr)}
+	}
+	opts.Logger.Info().Str("env", target).Str("protocol", string(ORS)).Msg("protocol probe")
+	return e, nil
 }
 
 // TargetError is a target string that cannot name an env (a usage error).

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 	"github.com/ortrain/ortrain/internal/ors"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 )
@@ -24,24 +25,54 @@ type orsEnv struct {
 	server *orsserver.Server
 }
 
-func resolveORS(ctx context.Context, target string, opts Options) (Env, error) {
-	e := &orsEnv{target: target, name: target}
-	url := target
-	if KindOf(target) == KindBuiltin {
-		name := strings.TrimPrefix(target, BuiltinPrefix)
-		if _, err := envs.New(name); err != nil {
-			return nil, &TargetError{Target: target, Reason: "no such built-in env", Err: err}
-		}
-		// The server outlives ctx (it bounds only resolution): Close stops it.
-		u, srv, stop, err := envs.ServeLocal(context.WithoutCancel(ctx), name, orsserver.Options{Logger: opts.Logger.With().Str("env", name).Logger()})
-		if err != nil {
-			return nil, fmt.Errorf("serve built-in env %q: %w", name, err)
-		}
-		e.name, e.server, e.stopServer, url = name, srv, stop, u
-	}
-	c, err := ors.NewClient(url, ors.Options{Getenv: opts.Getenv, Logger: opts.Logger.With().Str("env", e.name).Logger()})
+// resolveBuiltin serves builtin:NAME on loopback over the requested
+// protocol (its own by default) and connects to it.
+func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, error) {
+	name := strings.TrimPrefix(target, BuiltinPrefix)
+	native, err := envs.ProtocolOf(name)
 	if err != nil {
-		_ = e.Close(ctx)
+		return nil, &TargetError{Target: target, Reason: "no such built-in env", Err: err}
+	}
+	proto := envs.Protocol(opts.Protocol)
+	if opts.Protocol == "" || opts.Protocol == "auto" {
+		proto = native
+	}
+	log := opts.Logger.With().Str("env", name).Logger()
+	// The server outlives ctx (it bounds only resolution): Close stops it.
+	srv, err := envs.ServeLocalProtocol(context.WithoutCancel(ctx), name, proto, envs.ServeOptions{
+		ORS: orsserver.Options{Logger: log}, OpenEnv: openenvserver.Options{Logger: log},
+	})
+	if err != nil {
+		var pe *envs.ProtocolError
+		if errors.As(err, &pe) {
+			return nil, &TargetError{Target: target, Reason: "cannot be served over " + string(proto), Err: err}
+		}
+		return nil, fmt.Errorf("serve built-in env %q: %w", name, err)
+	}
+	if srv.Protocol == envs.ProtocolOpenEnv {
+		e, err := openOpenEnv(ctx, target, srv.URL, name, opts)
+		if err != nil {
+			_ = srv.Stop(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		e.stopServer = srv.Stop
+		return e, nil
+	}
+	e, err := resolveORS(ctx, target, srv.URL, name, opts)
+	if err != nil {
+		_ = srv.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	oe := e.(*orsEnv)
+	oe.server, oe.stopServer = srv.ORS, srv.Stop
+	return oe, nil
+}
+
+// resolveORS builds an ORS client for url (target is what the user wrote).
+func resolveORS(_ context.Context, target, url, name string, opts Options) (Env, error) {
+	e := &orsEnv{target: target, name: name}
+	c, err := ors.NewClient(url, ors.Options{Getenv: opts.Getenv, Logger: opts.Logger.With().Str("env", name).Logger()})
+	if err != nil {
 		var auth *ors.AuthError
 		if errors.As(err, &auth) {
 			return nil, err

@@ -225,18 +225,31 @@ func (e *episode) run(ctx context.Context) error {
 		if perr != nil {
 			tr.FormatErrors++
 		}
-		if len(msg.ToolCalls) == 0 && perr == nil {
+		actor, textAction := e.sess.(envtarget.TextActor)
+		if len(msg.ToolCalls) == 0 && perr == nil && !textAction {
 			return e.submitFinal(ctx, msg.Content, OutcomeStopped)
 		}
 		if iter >= r.opts.MaxToolIterations {
 			tr.Outcome = OutcomeIterations
 			return nil
 		}
-		results, err := e.callTools(ctx, msg.ToolCalls, perr)
-		if err != nil {
-			return err
+		var turn []chat.Message
+		if textAction {
+			// The plain answer is the env's action; its observation is the
+			// next user turn.
+			obs, err := e.textAction(ctx, actor, msg.Content)
+			if err != nil {
+				return err
+			}
+			turn = []chat.Message{{Role: "user", Content: obs}}
+		} else {
+			results, err := e.callTools(ctx, msg.ToolCalls, perr)
+			if err != nil {
+				return err
+			}
+			turn = toolMessages(results)
 		}
-		if stop, err := e.appendResults(promptLen, results); stop || err != nil {
+		if stop, err := e.appendTurn(promptLen, turn); stop || err != nil {
 			return err
 		}
 		if e.done {
@@ -385,11 +398,50 @@ func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, er
 	return chat.ToolResult{ToolCallID: c.ID, Name: c.Name, Content: text}, nil
 }
 
-// appendResults renders the tool turn; if it would overflow the completion
-// budget the turn is cut off and the episode ends (TRL's overlong guard).
-func (e *episode) appendResults(promptLen int, results []chat.ToolResult) (stop bool, err error) {
+// textAction sends the assistant's plain text as the env's action and
+// returns the observation's text (an action the env refused is shown to the
+// model the same way).
+func (e *episode) textAction(ctx context.Context, actor envtarget.TextActor, text string) (string, error) {
+	tr := e.tr
+	tr.ToolCalls++
+	var out *envtarget.ToolOutput
+	_, err := e.r.callEnv(ctx, tr, func(cctx context.Context) (Session, error) {
+		var err error
+		out, err = actor.TextAction(cctx, strings.TrimSpace(text))
+		return nil, err
+	})
+	var toolErr *envtarget.ToolError
+	switch {
+	case errors.As(err, &toolErr):
+		tr.ToolFailures++
+		tr.Rewards = append(tr.Rewards, nil)
+		tr.Turns = append(tr.Turns, Turn{Role: "user", Error: err.Error()})
+		return errText(err), nil
+	case err != nil:
+		return "", fmt.Errorf("text action: %w", err)
+	}
+	tr.Rewards = append(tr.Rewards, out.Reward)
+	tr.Turns = append(tr.Turns, Turn{Role: "user", Text: out.Text, Reward: out.Reward, Finished: out.Finished})
+	if out.Finished {
+		e.done = true
+	}
+	return out.Text, nil
+}
+
+func toolMessages(results []chat.ToolResult) []chat.Message {
+	msgs := make([]chat.Message, len(results))
+	for i, r := range results {
+		msgs[i] = chat.Message{Role: "tool", Content: r.Content, Name: r.Name, ToolCallID: r.ToolCallID}
+	}
+	return msgs
+}
+
+// appendTurn renders the env's turn (tool results or an observation); if it
+// would overflow the completion budget the turn is cut off and the episode
+// ends (TRL's overlong guard).
+func (e *episode) appendTurn(promptLen int, msgs []chat.Message) (stop bool, err error) {
 	before := len(e.conv.IDs())
-	ids, err := e.conv.AppendToolResults(results)
+	ids, err := e.conv.AppendMessages(msgs)
 	if err != nil {
 		e.tr.Outcome = OutcomeEnvError
 		return true, fmt.Errorf("render tool results: %w", err)
