@@ -151,7 +151,8 @@ func decodeCaseSensitive(doc map[string]any, fileName string, cfg *Config) error
 		cfg.Envs = envs
 	}
 	if chat, ok := asMap(doc["chat"]); ok {
-		if kw, ok := asMap(chat["template_kwargs"]); ok {
+		if raw, ok := chat["template_kwargs"]; ok {
+			kw, _ := asMap(raw) // null stays nil (viper would make it {})
 			cfg.Chat.TemplateKwargs = kw
 		}
 	}
