@@ -305,7 +305,8 @@ func Default() Config {
 func DefaultEnv() EnvConfig { return EnvConfig{Split: "train", Weight: 1} }
 
 // EnvChat returns the chat settings of env entry i: the top-level chat with
-// the entry's overrides applied. The result shares no maps with c.
+// the entry's overrides applied (the top-level chat alone when there is no
+// entry i, as for an env given by --env). The result shares no maps with c.
 func (c *Config) EnvChat(i int) ChatConfig {
 	out := c.Chat
 	out.TemplateKwargs = maps.Clone(c.Chat.TemplateKwargs)

@@ -60,10 +60,8 @@ func describeValue(v any) string {
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
-// isStruct reports whether t is a nested section of keys (durations are
-// scalars although time.Duration is not a struct; this keeps the check in
-// one place).
-func isStruct(t reflect.Type) bool { return t.Kind() == reflect.Struct && t != durationType }
+// isStruct reports whether t is a nested section of keys.
+func isStruct(t reflect.Type) bool { return t.Kind() == reflect.Struct }
 
 // isScalar reports whether values of t are written as one YAML scalar.
 func isScalar(t reflect.Type) bool {
@@ -82,8 +80,9 @@ func isScalar(t reflect.Type) bool {
 // flag (strings) to the Go value of a field of type t, or says what type
 // was expected. It never truncates or guesses: 1.5 is not an int, 30 is not
 // a duration. Lists may be written as "a,b" (as in variables and flags).
-// On failure it returns the offending value (an item's, for a list) and its
-// path suffix ("[2]" for a list item).
+// On failure the TypeError holds the offending value and, for a list item
+// or map entry, the path suffix ("[2]", ".KEY") in Field; the caller puts
+// the key and the source in front.
 func normalize(t reflect.Type, v any) (out any, bad *TypeError) {
 	if t.Kind() == reflect.Pointer {
 		if v == nil {
