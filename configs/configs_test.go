@@ -3,6 +3,7 @@ package configs
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,4 +28,35 @@ func TestShippedConfigsValidate(t *testing.T) {
 	data, err := os.ReadFile("quickstart.yaml")
 	require.NoError(t, err)
 	assert.Equal(t, data, Quickstart(), "the embedded quickstart is the file")
+}
+
+// The quickstart documents optional settings in comments; uncommented, they
+// must load as they read, so the documentation cannot drift from the keys.
+func TestQuickstartCommentedSettingsLoad(t *testing.T) {
+	tests := []struct {
+		name, comment, setting string
+		check                  func(*testing.T, *config.Config)
+	}{
+		{"lora with modules_to_save", "  # lora: {", "  lora: {", func(t *testing.T, c *config.Config) {
+			assert.True(t, c.GRPO.LoRA.Enabled)
+			assert.Equal(t, []string{"lm_head", "norm"}, c.GRPO.LoRA.ModulesToSave)
+		}},
+		{"env name", "    # name: letters-train", "    name: letters-train", func(t *testing.T, c *config.Config) {
+			assert.Equal(t, "letters-train", c.Envs[0].Name)
+		}},
+		{"env chat", "    # chat:                   # per-env overrides of the chat settings below;\n    #   final_answer_tool: submit",
+			"    chat:\n      final_answer_tool: echo", func(t *testing.T, c *config.Config) {
+				assert.Equal(t, "echo", c.EnvChat(0).FinalAnswerTool)
+				assert.Equal(t, "submit", c.Chat.FinalAnswerTool)
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := string(Quickstart())
+			require.Contains(t, doc, tc.comment)
+			cfg, err := config.Load(config.Source{Data: []byte(strings.Replace(doc, tc.comment, tc.setting, 1))})
+			require.NoError(t, err)
+			tc.check(t, cfg)
+		})
+	}
 }

@@ -4,7 +4,11 @@
 // and what is allowed. Nothing else reads the environment for settings.
 package config
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // Config is the resolved configuration of a training or evaluation run.
 // YAML keys are the mapstructure tags; GRPO fields keep TRL's names.
@@ -44,6 +48,25 @@ type EnvConfig struct {
 	Secrets map[string]string `mapstructure:"secrets"`
 	// Weight is the env's share when several envs are mixed.
 	Weight float64 `mapstructure:"weight"`
+	// Name is the entry's key in metrics, trajectories and the manifest;
+	// empty lets the trainer derive one (env name + split, deduplicated).
+	// Unique across entries when given.
+	Name string `mapstructure:"name"`
+	// Chat overrides the top-level chat settings that depend on the env;
+	// what it leaves unset is inherited (see Config.EnvChat).
+	Chat EnvChatConfig `mapstructure:"chat"`
+}
+
+// EnvChatConfig holds one env entry's chat overrides. A nil field inherits
+// the top-level chat setting, so `final_answer_tool: ""` can switch the
+// top-level tool off for one env.
+type EnvChatConfig struct {
+	SystemPrompt    *string `mapstructure:"system_prompt"`
+	FinalAnswerTool *string `mapstructure:"final_answer_tool"`
+	RenderTools     *bool   `mapstructure:"render_tools"`
+	// TemplateKwargs are merged over the top-level ones key by key; a key
+	// set to null removes the top-level value.
+	TemplateKwargs map[string]any `mapstructure:"template_kwargs"`
 }
 
 // ChatConfig shapes the conversation the policy sees.
@@ -120,6 +143,10 @@ type LoRAConfig struct {
 	Alpha         float64  `mapstructure:"alpha"`
 	Dropout       float64  `mapstructure:"dropout"`
 	TargetModules []string `mapstructure:"target_modules"`
+	// ModulesToSave are non-LoRA modules trained in full and saved with the
+	// adapter, as PEFT's modules_to_save (e.g. lm_head, norm: a tiny model's
+	// tied embeddings and final norm cap its logits). See SaveableModules.
+	ModulesToSave []string `mapstructure:"modules_to_save"`
 }
 
 // RolloutConfig bounds the rollout phase: concurrency and deadlines.
@@ -130,6 +157,19 @@ type RolloutConfig struct {
 	// MaxFailureFraction stops the run when more than this fraction of a
 	// step's rollouts fail for infrastructure reasons.
 	MaxFailureFraction float64 `mapstructure:"max_failure_fraction"`
+	// MaxRetries is how often a rollout whose session died with the env
+	// server is retried with a new session on the same task before it
+	// counts as failed.
+	MaxRetries int `mapstructure:"max_retries"`
+	// RetryBackoff is the first wait before a retry; later waits grow
+	// exponentially up to a cap.
+	RetryBackoff time.Duration `mapstructure:"retry_backoff"`
+	// EnvDownTimeout is how long an env may stay unreachable before the run
+	// stops (with a checkpoint of the last completed step).
+	EnvDownTimeout time.Duration `mapstructure:"env_down_timeout"`
+	// MaxFailedToolSteps stops the run after that many consecutive steps in
+	// which every tool call failed (a misconfigured tool); 0 never stops.
+	MaxFailedToolSteps int `mapstructure:"max_failed_tool_steps"`
 }
 
 // EngineConfig picks the generation backend.
@@ -169,12 +209,26 @@ type WorkerConfig struct {
 	DType   string `mapstructure:"dtype"`  // float32, bfloat16, float16
 	Threads int    `mapstructure:"threads"`
 	GPUs    []int  `mapstructure:"gpus"`
+	// StepTimeout bounds the forward/backward pass of one micro-batch.
+	StepTimeout time.Duration `mapstructure:"step_timeout"`
+	// LogprobTimeout bounds one log-prob pass (old or reference policy).
+	LogprobTimeout time.Duration `mapstructure:"logprob_timeout"`
+	// OptimizerTimeout bounds one optimizer step (clip, update, zero grads).
+	OptimizerTimeout time.Duration `mapstructure:"optimizer_timeout"`
+	// SaveTimeout bounds writing one checkpoint (weights and optimizer).
+	SaveTimeout time.Duration `mapstructure:"save_timeout"`
 }
 
 // LoggingConfig controls run output.
 type LoggingConfig struct {
 	// LogCompletions writes every trajectory to trajectories.jsonl.
 	LogCompletions bool `mapstructure:"log_completions"`
+	// TensorBoard also writes every metric as TensorBoard scalars to
+	// RUN_DIR/tb/.
+	TensorBoard bool `mapstructure:"tensorboard"`
+	// LogPrompts also writes the rendered prompt text of each rollout (long,
+	// so off by default).
+	LogPrompts bool `mapstructure:"log_prompts"`
 }
 
 // Default returns the embedded defaults: TRL's GRPO defaults, CPU worker,
@@ -221,6 +275,10 @@ func Default() Config {
 			EpisodeTimeout:     10 * time.Minute,
 			CallTimeout:        2 * time.Minute,
 			MaxFailureFraction: 0.5,
+			MaxRetries:         2,
+			RetryBackoff:       time.Second,
+			EnvDownTimeout:     5 * time.Minute,
+			MaxFailedToolSteps: 3,
 		},
 		Engine: EngineConfig{
 			Kind:               "builtin",
@@ -232,10 +290,54 @@ func Default() Config {
 			VLLMStartupTimeout: 5 * time.Minute,
 			VLLMMaxRestarts:    5,
 		},
-		Worker:  WorkerConfig{Device: "cpu", DType: "float32"},
+		Worker: WorkerConfig{
+			Device: "cpu", DType: "float32",
+			StepTimeout:      10 * time.Minute,
+			LogprobTimeout:   10 * time.Minute,
+			OptimizerTimeout: 5 * time.Minute,
+			SaveTimeout:      10 * time.Minute,
+		},
 		Logging: LoggingConfig{LogCompletions: true},
 	}
 }
 
 // DefaultEnv returns the defaults an env entry gets for keys it omits.
 func DefaultEnv() EnvConfig { return EnvConfig{Split: "train", Weight: 1} }
+
+// EnvChat returns the chat settings of env entry i: the top-level chat with
+// the entry's overrides applied (the top-level chat alone when there is no
+// entry i, as for an env given by --env). The result shares no maps with c.
+func (c *Config) EnvChat(i int) ChatConfig {
+	out := c.Chat
+	out.TemplateKwargs = maps.Clone(c.Chat.TemplateKwargs)
+	if i < 0 || i >= len(c.Envs) {
+		return out
+	}
+	o := c.Envs[i].Chat
+	if o.SystemPrompt != nil {
+		out.SystemPrompt = *o.SystemPrompt
+	}
+	if o.FinalAnswerTool != nil {
+		out.FinalAnswerTool = *o.FinalAnswerTool
+	}
+	if o.RenderTools != nil {
+		out.RenderTools = *o.RenderTools
+	}
+	for k, v := range o.TemplateKwargs {
+		if out.TemplateKwargs == nil {
+			out.TemplateKwargs = map[string]any{}
+		}
+		if v == nil {
+			delete(out.TemplateKwargs, k)
+			continue
+		}
+		out.TemplateKwargs[k] = v
+	}
+	return out
+}
+
+// SecretNames lists the names of the entry's secrets, sorted, for the
+// manifest: the values are never written anywhere.
+func (e EnvConfig) SecretNames() []string {
+	return slices.Sorted(maps.Keys(e.Secrets))
+}

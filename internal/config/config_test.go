@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,6 +133,26 @@ func TestValidationErrors(t *testing.T) {
 		{"warmup both", func(c *Config) { c.GRPO.WarmupSteps = 3; c.GRPO.WarmupRatio = 0.1 }, "grpo.warmup_steps"},
 		{"lora rank", func(c *Config) { c.GRPO.LoRA.Enabled = true; c.GRPO.LoRA.Rank = 0 }, "grpo.lora.r"},
 		{"concurrency", func(c *Config) { c.Rollout.MaxConcurrency = 0 }, "rollout.max_concurrency"},
+		{"env name chars", func(c *Config) { c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, Name: "a b"}} }, "envs[0].name"},
+		{"env name unique", func(c *Config) {
+			c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, Name: "x/train"}, {Target: "y", Split: "test", Weight: 1, Name: "x/train"}}
+		}, "envs[1].name"},
+		{"retries", func(c *Config) { c.Rollout.MaxRetries = -1 }, "rollout.max_retries"},
+		{"backoff", func(c *Config) { c.Rollout.RetryBackoff = 0 }, "rollout.retry_backoff"},
+		{"backoff past down timeout", func(c *Config) { c.Rollout.RetryBackoff = 10 * time.Minute }, "rollout.retry_backoff"},
+		{"env down", func(c *Config) { c.Rollout.EnvDownTimeout = -time.Second }, "rollout.env_down_timeout"},
+		{"failed tool steps", func(c *Config) { c.Rollout.MaxFailedToolSteps = -1 }, "rollout.max_failed_tool_steps"},
+		{"step timeout", func(c *Config) { c.Worker.StepTimeout = 0 }, "worker.step_timeout"},
+		{"logprob timeout", func(c *Config) { c.Worker.LogprobTimeout = 0 }, "worker.logprob_timeout"},
+		{"optimizer timeout", func(c *Config) { c.Worker.OptimizerTimeout = 0 }, "worker.optimizer_timeout"},
+		{"save timeout", func(c *Config) { c.Worker.SaveTimeout = 0 }, "worker.save_timeout"},
+		{"modules to save without lora", func(c *Config) { c.GRPO.LoRA.ModulesToSave = []string{"lm_head"} }, "grpo.lora.modules_to_save"},
+		{"modules to save unknown", func(c *Config) {
+			c.GRPO.LoRA.Enabled, c.GRPO.LoRA.ModulesToSave = true, []string{"lm_head", "q_proj"}
+		}, "grpo.lora.modules_to_save[1]"},
+		{"modules to save twice", func(c *Config) {
+			c.GRPO.LoRA.Enabled, c.GRPO.LoRA.ModulesToSave = true, []string{"norm", "norm"}
+		}, "grpo.lora.modules_to_save[1]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,5 +226,120 @@ func TestYAMLRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, cfg.GRPO, back.GRPO)
 	assert.Equal(t, cfg.Rollout, back.Rollout)
-	assert.Equal(t, cfg.Envs, back.Envs)
+	// Secrets are rendered as <redacted> (issue 14), so the saved file
+	// holds their names only; everything else round-trips.
+	want := slices.Clone(cfg.Envs)
+	want[0].Secrets = map[string]string{"K": Redacted}
+	assert.Equal(t, want, back.Envs)
+	assert.Equal(t, "v", cfg.Envs[0].Secrets["K"], "rendering does not touch the config")
+}
+
+func TestNewFieldDefaults(t *testing.T) {
+	cfg, err := Load(Source{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, cfg.Rollout.MaxRetries)
+	assert.Equal(t, time.Second, cfg.Rollout.RetryBackoff)
+	assert.Equal(t, 5*time.Minute, cfg.Rollout.EnvDownTimeout)
+	assert.Equal(t, 3, cfg.Rollout.MaxFailedToolSteps)
+	assert.Equal(t, 10*time.Minute, cfg.Worker.StepTimeout)
+	assert.Equal(t, 10*time.Minute, cfg.Worker.LogprobTimeout)
+	assert.Equal(t, 5*time.Minute, cfg.Worker.OptimizerTimeout)
+	assert.Equal(t, 10*time.Minute, cfg.Worker.SaveTimeout)
+	assert.Empty(t, cfg.GRPO.LoRA.ModulesToSave)
+	assert.False(t, cfg.Logging.TensorBoard)
+	assert.False(t, cfg.Logging.LogPrompts)
+}
+
+func TestNewFieldsFromFile(t *testing.T) {
+	cfg, err := Load(Source{File: writeFile(t, `
+envs:
+  - target: builtin:letters
+    name: letters-train
+    chat: {final_answer_tool: submit, render_tools: false}
+  - target: builtin:letters
+    split: validation
+    name: letters/validation
+rollout: {max_retries: 5, retry_backoff: 2s, env_down_timeout: 1m, max_failed_tool_steps: 0}
+worker: {step_timeout: 1h, logprob_timeout: 20m, optimizer_timeout: 1m, save_timeout: 30m}
+grpo:
+  lora: {enabled: true, modules_to_save: [lm_head, norm]}
+logging: {tensorboard: true, log_prompts: true}
+`)})
+	require.NoError(t, err)
+	assert.Equal(t, "letters-train", cfg.Envs[0].Name)
+	assert.Equal(t, "letters/validation", cfg.Envs[1].Name)
+	assert.Equal(t, RolloutConfig{MaxConcurrency: 64, EpisodeTimeout: 10 * time.Minute, CallTimeout: 2 * time.Minute,
+		MaxFailureFraction: 0.5, MaxRetries: 5, RetryBackoff: 2 * time.Second, EnvDownTimeout: time.Minute}, cfg.Rollout)
+	assert.Equal(t, time.Hour, cfg.Worker.StepTimeout)
+	assert.Equal(t, 20*time.Minute, cfg.Worker.LogprobTimeout)
+	assert.Equal(t, time.Minute, cfg.Worker.OptimizerTimeout)
+	assert.Equal(t, 30*time.Minute, cfg.Worker.SaveTimeout)
+	assert.Equal(t, []string{"lm_head", "norm"}, cfg.GRPO.LoRA.ModulesToSave)
+	assert.True(t, cfg.Logging.TensorBoard)
+	assert.True(t, cfg.Logging.LogPrompts)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestEnvChat(t *testing.T) {
+	top := ChatConfig{SystemPrompt: "Answer.", ToolCallFormat: "hermes", FinalAnswerTool: "submit", RenderTools: false,
+		TemplateKwargs: map[string]any{"enable_thinking": false, "style": "short"}}
+	tests := []struct {
+		name     string
+		override EnvChatConfig
+		want     ChatConfig
+	}{
+		{"nothing set inherits", EnvChatConfig{}, top},
+		{"empty tool switches it off", EnvChatConfig{FinalAnswerTool: ptr(""), RenderTools: ptr(true)},
+			ChatConfig{SystemPrompt: "Answer.", ToolCallFormat: "hermes", RenderTools: true, TemplateKwargs: top.TemplateKwargs}},
+		{"prompt and kwargs merged", EnvChatConfig{SystemPrompt: ptr("Use the tools."), TemplateKwargs: map[string]any{"enable_thinking": true, "style": nil}},
+			ChatConfig{SystemPrompt: "Use the tools.", ToolCallFormat: "hermes", FinalAnswerTool: "submit",
+				TemplateKwargs: map[string]any{"enable_thinking": true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.Chat = top
+			cfg.Chat.TemplateKwargs = map[string]any{"enable_thinking": false, "style": "short"}
+			cfg.Envs = []EnvConfig{{Target: "other", Split: "train", Weight: 1}, {Target: "x", Split: "train", Weight: 1, Chat: tc.override}}
+			got := cfg.EnvChat(1)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, top, cfg.EnvChat(0), "an entry without overrides gets the top-level chat")
+			got.TemplateKwargs["new"] = 1
+			assert.NotContains(t, cfg.Chat.TemplateKwargs, "new", "the result shares no map with the config")
+		})
+	}
+}
+
+func TestEnvChatFromFileKeepsCase(t *testing.T) {
+	cfg, err := Load(Source{File: writeFile(t, `
+chat: {final_answer_tool: submit, render_tools: false}
+envs:
+  - target: builtin:letters
+  - target: builtin:echo
+    chat: {final_answer_tool: "", render_tools: true, template_kwargs: {enableThinking: true}}
+`)})
+	require.NoError(t, err)
+	assert.Equal(t, "submit", cfg.EnvChat(0).FinalAnswerTool)
+	assert.Equal(t, "", cfg.EnvChat(1).FinalAnswerTool)
+	assert.True(t, cfg.EnvChat(1).RenderTools)
+	assert.Equal(t, map[string]any{"enableThinking": true}, cfg.EnvChat(1).TemplateKwargs)
+}
+
+func TestSecretsNeverRendered(t *testing.T) {
+	cfg, err := Resolve(Source{File: writeFile(t, `
+envs:
+  - target: Eigent/SETA
+    secrets: {OPENAI_API_KEY: sk-live-123, ZED_TOKEN: tok-456}
+  - target: builtin:letters
+`)})
+	require.NoError(t, err)
+	y, err := cfg.YAML()
+	require.NoError(t, err)
+	assert.NotContains(t, string(y), "sk-live-123")
+	assert.NotContains(t, string(y), "tok-456")
+	assert.Contains(t, string(y), "OPENAI_API_KEY: <redacted>")
+	assert.Equal(t, []string{"OPENAI_API_KEY", "ZED_TOKEN"}, cfg.Envs[0].SecretNames())
+	assert.Empty(t, cfg.Envs[1].SecretNames())
+	assert.Equal(t, "sk-live-123", cfg.Envs[0].Secrets["OPENAI_API_KEY"], "the config itself keeps the value")
 }

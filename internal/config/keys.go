@@ -2,8 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -22,9 +23,9 @@ func keyPaths(t reflect.Type, prefix string) []string {
 		}
 		key := prefix + tag
 		switch {
-		case f.Type.Kind() == reflect.Struct && f.Type.String() != "time.Duration":
+		case isStruct(f.Type):
 			out = append(out, keyPaths(f.Type, key+".")...)
-		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+		case f.Type.Kind() == reflect.Slice && isStruct(f.Type.Elem()):
 			out = append(out, keyPaths(f.Type.Elem(), key+"[].")...)
 		default:
 			out = append(out, key)
@@ -43,67 +44,129 @@ func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// UnknownKeyError is a key in a config file that ortrain does not know.
+// UnknownKeyError is a key in a config file, or an ORTRAIN_* environment
+// variable, that ortrain does not know.
 type UnknownKeyError struct {
-	File       string
-	Key        string // dotted path as written
-	Suggestion string // nearest valid key, or ""
+	// Source is the config file's name, or "environment" for a variable.
+	Source string
+	// Key is the dotted path as written (envs[0].splt) or the variable's
+	// name (ORTRAIN_GRPO_LEARNIN_RATE).
+	Key string
+	// Suggestion is the nearest valid key or variable, or "".
+	Suggestion string
 }
 
-func (e *UnknownKeyError) Error() string {
-	msg := fmt.Sprintf("%s: unknown key %q", e.File, e.Key)
+// EnvironmentSource is UnknownKeyError.Source for an ORTRAIN_* variable.
+const EnvironmentSource = "environment"
+
+func (e *UnknownKeyError) line() string {
+	what := "key"
+	if e.Source == EnvironmentSource {
+		what = "variable"
+	}
+	msg := fmt.Sprintf("%s: unknown %s %q", e.Source, what, e.Key)
 	if e.Suggestion != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", e.Suggestion)
 	}
-	return msg + "; run 'ortrain run --print-config' to see every valid key"
+	return msg
 }
 
-// checkKeys walks a decoded YAML document against the schema of t and
-// returns the first unknown key (in sorted order, so errors are stable).
-func checkKeys(file string, doc map[string]any, t reflect.Type, prefix string, all []string) error {
-	keys := make([]string, 0, len(doc))
-	for k := range doc {
-		keys = append(keys, k)
+const listKeysHint = "run 'ortrain run --print-config' to see every valid key"
+
+func (e *UnknownKeyError) Error() string { return e.line() + "; " + listKeysHint }
+
+// UnknownKeysError reports every unknown key of a file and every unknown
+// ORTRAIN_* variable at once. errors.As also finds each *UnknownKeyError.
+type UnknownKeysError struct {
+	Keys []*UnknownKeyError
+}
+
+func (e *UnknownKeysError) Error() string {
+	if len(e.Keys) == 1 {
+		return e.Keys[0].Error()
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d unknown settings (%s):", len(e.Keys), listKeysHint)
+	for _, k := range e.Keys {
+		b.WriteString("\n  " + k.line())
+	}
+	return b.String()
+}
+
+// Unwrap gives errors.As and errors.Is each unknown key.
+func (e *UnknownKeysError) Unwrap() []error {
+	out := make([]error, len(e.Keys))
+	for i, k := range e.Keys {
+		out[i] = k
+	}
+	return out
+}
+
+// docProblems collects what is wrong with a config document, so that one
+// error can report all of it.
+type docProblems struct {
+	source  string
+	unknown []*UnknownKeyError
+	types   []error
+}
+
+func (p *docProblems) typeError(field string, bad *TypeError) {
+	bad.Source, bad.Field = p.source, field+bad.Field
+	p.types = append(p.types, bad)
+}
+
+// checkDoc walks a decoded YAML document against the schema of t (keys in
+// sorted order, so reports are stable), records every unknown key and every
+// value of the wrong type, and returns the document with values converted
+// to their fields' Go types (durations parsed, lists split).
+func checkDoc(p *docProblems, doc map[string]any, t reflect.Type, prefix string, all []string) map[string]any {
+	out := make(map[string]any, len(doc))
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
 		f, ok := fieldByTag(t, k)
 		if !ok {
-			return &UnknownKeyError{File: file, Key: prefix + k, Suggestion: suggestKey(prefix, k, t, all)}
+			p.unknown = append(p.unknown, &UnknownKeyError{Source: p.source, Key: prefix + k, Suggestion: suggestKey(prefix, k, t, all)})
+			continue
 		}
-		v := doc[k]
+		v, key := doc[k], prefix+k
 		switch {
-		case f.Type.Kind() == reflect.Struct && f.Type.String() != "time.Duration":
+		case v == nil && isStruct(f.Type):
+			// an empty section sets nothing
+		case v == nil:
+			out[k] = nil
+		case isStruct(f.Type):
 			m, ok := asMap(v)
 			if !ok {
-				if v == nil {
-					continue
-				}
-				return fmt.Errorf("%s: %s must be a mapping of keys, got %v", file, prefix+k, describe(v))
+				p.typeError(key, &TypeError{Value: v, Want: "a mapping of keys"})
+				continue
 			}
-			if err := checkKeys(file, m, f.Type, prefix+k+".", all); err != nil {
-				return err
-			}
-		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			out[k] = checkDoc(p, m, f.Type, key+".", all)
+		case f.Type.Kind() == reflect.Slice && isStruct(f.Type.Elem()):
 			items, ok := v.([]any)
 			if !ok {
-				if v == nil {
-					continue
-				}
-				return fmt.Errorf("%s: %s must be a list, got %v", file, prefix+k, describe(v))
+				p.typeError(key, &TypeError{Value: v, Want: "a list"})
+				continue
 			}
+			list := make([]any, len(items))
 			for i, it := range items {
+				item := fmt.Sprintf("%s[%d]", key, i)
 				m, ok := asMap(it)
 				if !ok {
-					return fmt.Errorf("%s: %s[%d] must be a mapping of keys, got %v", file, prefix+k, i, describe(it))
+					p.typeError(item, &TypeError{Value: it, Want: "a mapping of keys"})
+					continue
 				}
-				if err := checkKeys(file, m, f.Type.Elem(), fmt.Sprintf("%s%s[%d].", prefix, k, i), all); err != nil {
-					return err
-				}
+				list[i] = checkDoc(p, m, f.Type.Elem(), item+".", all)
 			}
+			out[k] = list
+		default:
+			n, bad := normalize(f.Type, v)
+			if bad != nil {
+				p.typeError(key, bad)
+				continue
+			}
+			out[k] = n
 		}
 	}
-	return nil
+	return out
 }
 
 func asMap(v any) (map[string]any, bool) {
@@ -118,14 +181,6 @@ func asMap(v any) (map[string]any, bool) {
 		return out, true
 	}
 	return nil, false
-}
-
-func describe(v any) string {
-	s := fmt.Sprintf("%v", v)
-	if len(s) > 40 {
-		s = s[:40] + "…"
-	}
-	return fmt.Sprintf("%T %q", v, s)
 }
 
 // suggestKey proposes the nearest valid key: first a sibling at the same
@@ -184,4 +239,72 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// envKeys maps each ORTRAIN_* variable that sets a config key to its key.
+// Keys inside list items (envs[].target) have no variable.
+func envKeys() map[string]string {
+	out := map[string]string{}
+	for _, k := range Keys() {
+		if !strings.Contains(k, "[]") {
+			out[EnvVarFor(k)] = k
+		}
+	}
+	return out
+}
+
+// OtherEnvVars lists the ORTRAIN_* variables that are not config keys but
+// are read elsewhere (the worker library path, test and build switches), so
+// they are not reported as misspelled.
+func OtherEnvVars() []string {
+	return []string{"ORTRAIN_WORKER_LIB", "ORTRAIN_REQUIRE_WORKER", "ORTRAIN_BUILD_DIR", "ORTRAIN_PROBE_CHILD"}
+}
+
+// unknownEnvVars reports every ORTRAIN_* variable in environ (KEY=VALUE
+// pairs) that sets no config key, each with the nearest valid variable.
+func unknownEnvVars(environ []string) []*UnknownKeyError {
+	valid := envKeys()
+	var out []*UnknownKeyError
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if _, ok := valid[name]; ok || slices.Contains(OtherEnvVars(), name) {
+			continue
+		}
+		out = append(out, &UnknownKeyError{Source: EnvironmentSource, Key: name, Suggestion: suggestEnvVar(name, valid)})
+	}
+	slices.SortFunc(out, func(a, b *UnknownKeyError) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// suggestEnvVar proposes the nearest valid variable: first by edit
+// distance of the whole name, then by the last segment of the key
+// (ORTRAIN_LEARNING_RATE → ORTRAIN_GRPO_LEARNING_RATE).
+func suggestEnvVar(name string, valid map[string]string) string {
+	best, bestD := "", 1<<30
+	for _, v := range slices.Sorted(maps.Keys(valid)) {
+		if d := levenshtein(name, v); d < bestD {
+			best, bestD = v, d
+		}
+	}
+	if bestD <= maxDistance(strings.TrimPrefix(name, EnvPrefix)) {
+		return best
+	}
+	bare := strings.ToLower(strings.TrimPrefix(name, EnvPrefix))
+	best, bestD = "", 1<<30
+	for _, v := range slices.Sorted(maps.Keys(valid)) {
+		k := valid[v]
+		leaf := k[strings.LastIndex(k, ".")+1:]
+		if d := levenshtein(bare, leaf); d < bestD {
+			best, bestD = v, d
+		}
+	}
+	if bestD <= maxDistance(bare) {
+		return best
+	}
+	return ""
 }

@@ -2,9 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,10 @@ type Source struct {
 	Data []byte
 	// Getenv reads ORTRAIN_* variables; nil means no environment layer.
 	Getenv func(string) string
+	// Environ is the process environment as KEY=VALUE pairs (os.Environ()),
+	// checked for ORTRAIN_* variables that set no key (misspellings); nil
+	// skips the check.
+	Environ []string
 	// Flags maps config keys to the flags that set them; only flags the user
 	// changed override lower layers.
 	Flags map[string]*pflag.Flag
@@ -52,54 +57,74 @@ func Load(src Source) (*Config, error) {
 	return cfg, nil
 }
 
+// LoadFile parses a saved config.yaml (a run directory's) on the embedded
+// defaults alone: no environment, no flags, and no validation (the rules
+// may have grown since it was written). Unknown keys and type errors are
+// still refused.
+func LoadFile(path string) (*Config, error) {
+	return Resolve(Source{File: path})
+}
+
 // Resolve merges the layers without validating (for --print-config of a
-// config that does not validate yet).
+// config that does not validate yet). Every unknown key and variable and
+// every value of the wrong type, in any layer, is reported in one error:
+// an *UnknownKeysError and *TypeErrors, joined when there are several.
 func Resolve(src Source) (*Config, error) {
+	var unknown []*UnknownKeyError
+	var problems []error
+	var doc map[string]any
+	fileName := ""
+	if src.File != "" || src.Data != nil {
+		raw, name, err := readYAML(src)
+		if err != nil {
+			return nil, err
+		}
+		p := &docProblems{source: name}
+		doc = checkDoc(p, raw, reflect.TypeOf(Config{}), "", Keys())
+		unknown, problems, fileName = p.unknown, p.types, name
+	}
+	unknown = append(unknown, unknownEnvVars(src.Environ)...)
+	var envDoc map[string]any
+	if src.Getenv != nil {
+		var errs []error
+		envDoc, errs = envLayer(src.Getenv)
+		problems = append(problems, errs...)
+	}
+	flagDoc, errs := flagLayer(src.Flags)
+	problems = append(problems, errs...)
+	if len(unknown) > 0 {
+		problems = append([]error{&UnknownKeysError{Keys: unknown}}, problems...)
+	}
+	if err := joinErrors(problems); err != nil {
+		return nil, err
+	}
+
 	v := viper.New()
-	def := Default()
-	for key, val := range flatten(reflect.ValueOf(def), "") {
+	for key, val := range flatten(reflect.ValueOf(Default()), "") {
 		v.SetDefault(key, val)
 	}
-	var doc map[string]any
-	if src.File != "" || src.Data != nil {
-		var err error
-		doc, err = readYAML(src)
-		if err != nil {
-			return nil, err
+	layers := []struct {
+		name string
+		doc  map[string]any
+	}{{"config file " + fileName, doc}, {EnvPrefix + "* environment", envDoc}, {"flags", flagDoc}}
+	for _, l := range layers {
+		if len(l.doc) == 0 {
+			continue
 		}
 		// MergeConfigMap lowercases keys in place: give it a copy.
-		if err := v.MergeConfigMap(deepCopy(doc).(map[string]any)); err != nil {
-			return nil, fmt.Errorf("merge config file %s: %w", src.File, err)
-		}
-	}
-	if src.Getenv != nil {
-		envDoc, err := envLayer(src.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		if len(envDoc) > 0 {
-			if err := v.MergeConfigMap(envDoc); err != nil {
-				return nil, fmt.Errorf("merge %s* environment: %w", EnvPrefix, err)
-			}
-		}
-	}
-	for key, fl := range src.Flags {
-		if err := v.BindPFlag(key, fl); err != nil {
-			return nil, fmt.Errorf("bind flag --%s to %s: %w", fl.Name, key, err)
+		if err := v.MergeConfigMap(deepCopy(l.doc).(map[string]any)); err != nil {
+			return nil, fmt.Errorf("merge %s: %w", l.name, err)
 		}
 	}
 	var cfg Config
 	err := v.Unmarshal(&cfg, func(dc *mapstructure.DecoderConfig) {
-		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(),
-			mapstructure.StringToSliceHookFunc(","),
-		)
-		dc.WeaklyTypedInput = true
+		dc.DecodeHook = strictDecodeHook
+		dc.WeaklyTypedInput = false
 	})
 	if err != nil {
-		return nil, fmt.Errorf("decode config: %w", cleanDecodeError(err))
+		return nil, decodeErrors(err, "")
 	}
-	if err := decodeCaseSensitive(doc, &cfg); err != nil {
+	if err := decodeCaseSensitive(doc, fileName, &cfg); err != nil {
 		return nil, err
 	}
 	for i := range cfg.Envs {
@@ -111,53 +136,49 @@ func Resolve(src Source) (*Config, error) {
 // decodeCaseSensitive re-decodes, straight from the file, the parts whose
 // map keys are case-sensitive (secrets, template kwargs): viper lowercases
 // every key it stores.
-func decodeCaseSensitive(doc map[string]any, cfg *Config) error {
+func decodeCaseSensitive(doc map[string]any, fileName string, cfg *Config) error {
 	if raw, ok := doc["envs"]; ok {
 		var envs []EnvConfig
 		dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-			Result: &envs, WeaklyTypedInput: true,
-			DecodeHook: mapstructure.StringToSliceHookFunc(","),
+			Result: &envs, DecodeHook: strictDecodeHook,
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("decode envs: %w", err)
 		}
 		if err := dec.Decode(raw); err != nil {
-			return fmt.Errorf("decode envs: %w", cleanDecodeError(err))
+			return decodeErrors(err, fileName)
 		}
 		cfg.Envs = envs
 	}
 	if chat, ok := asMap(doc["chat"]); ok {
-		if kw, ok := asMap(chat["template_kwargs"]); ok {
+		if raw, ok := chat["template_kwargs"]; ok {
+			kw, _ := asMap(raw) // null stays nil (viper would make it {})
 			cfg.Chat.TemplateKwargs = kw
 		}
 	}
 	return nil
 }
 
-func readYAML(src Source) (map[string]any, error) {
+func readYAML(src Source) (doc map[string]any, name string, err error) {
 	data := src.Data
-	name := src.File
+	name = src.File
 	if data == nil {
 		b, err := os.ReadFile(src.File)
 		if err != nil {
-			return nil, fmt.Errorf("read config file: %w", err)
+			return nil, "", fmt.Errorf("read config file: %w", err)
 		}
 		data = b
 	}
 	if name == "" {
 		name = "embedded config"
 	}
-	var doc map[string]any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: not valid YAML: %w", name, err)
+		return nil, "", fmt.Errorf("%s: not valid YAML: %w", name, err)
 	}
 	if doc == nil {
 		doc = map[string]any{}
 	}
-	if err := checkKeys(name, doc, reflect.TypeOf(Config{}), "", Keys()); err != nil {
-		return nil, err
-	}
-	return doc, nil
+	return doc, name, nil
 }
 
 // applyEnvDefaults fills keys an env entry left out; list items get no
@@ -173,9 +194,11 @@ func applyEnvDefaults(e *EnvConfig) {
 }
 
 // envLayer reads ORTRAIN_<KEY> for every scalar key and builds a nested
-// document. Values are parsed by the field's type so a bad value is named.
-func envLayer(getenv func(string) string) (map[string]any, error) {
+// document. Values are parsed by the field's type so a bad value is named
+// with its variable; every bad value is reported.
+func envLayer(getenv func(string) string) (map[string]any, []error) {
 	doc := map[string]any{}
+	var errs []error
 	t := reflect.TypeOf(Config{})
 	for _, key := range Keys() {
 		if strings.Contains(key, "[]") {
@@ -186,14 +209,52 @@ func envLayer(getenv func(string) string) (map[string]any, error) {
 		if raw == "" {
 			continue
 		}
-		ft := typeAt(t, strings.Split(key, "."))
-		val, err := parseScalar(ft, raw)
-		if err != nil {
-			return nil, fmt.Errorf("%s=%q: %s %v", name, raw, key, err)
+		val, bad := normalize(typeAt(t, strings.Split(key, ".")), raw)
+		if bad != nil {
+			bad.Source, bad.Field = name, key+bad.Field
+			errs = append(errs, bad)
+			continue
 		}
 		setPath(doc, strings.Split(key, "."), val)
 	}
-	return doc, nil
+	return doc, errs
+}
+
+// flagLayer builds a nested document of the flags the user changed, each
+// value parsed by its key's type (a flag registered as a string can carry
+// any key).
+func flagLayer(flags map[string]*pflag.Flag) (map[string]any, []error) {
+	doc := map[string]any{}
+	var errs []error
+	t := reflect.TypeOf(Config{})
+	for _, key := range slices.Sorted(maps.Keys(flags)) {
+		fl := flags[key]
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		ft := typeAt(t, strings.Split(key, "."))
+		if ft == nil || strings.Contains(key, "[]") {
+			errs = append(errs, fmt.Errorf("flag --%s is bound to %q, which is not a config key", fl.Name, key))
+			continue
+		}
+		var raw any = fl.Value.String()
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			items := sv.GetSlice()
+			list := make([]any, len(items))
+			for i, it := range items {
+				list[i] = it
+			}
+			raw = list
+		}
+		val, bad := normalize(ft, raw)
+		if bad != nil {
+			bad.Source, bad.Field = "--"+fl.Name, key+bad.Field
+			errs = append(errs, bad)
+			continue
+		}
+		setPath(doc, strings.Split(key, "."), val)
+	}
+	return doc, errs
 }
 
 func typeAt(t reflect.Type, path []string) reflect.Type {
@@ -205,52 +266,6 @@ func typeAt(t reflect.Type, path []string) reflect.Type {
 		t = f.Type
 	}
 	return t
-}
-
-func parseScalar(t reflect.Type, raw string) (any, error) {
-	if t == reflect.TypeOf(time.Duration(0)) {
-		d, err := time.ParseDuration(raw)
-		if err != nil {
-			return nil, fmt.Errorf("must be a duration like 30s or 5m")
-		}
-		return d, nil
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return raw, nil
-	case reflect.Bool:
-		b, err := strconv.ParseBool(raw)
-		if err != nil {
-			return nil, fmt.Errorf("must be true or false")
-		}
-		return b, nil
-	case reflect.Int, reflect.Int32, reflect.Int64:
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("must be an integer")
-		}
-		return n, nil
-	case reflect.Float32, reflect.Float64:
-		f, err := strconv.ParseFloat(raw, 64)
-		if err != nil {
-			return nil, fmt.Errorf("must be a number")
-		}
-		return f, nil
-	case reflect.Slice:
-		parts := strings.Split(raw, ",")
-		out := make([]any, 0, len(parts))
-		for _, p := range parts {
-			v, err := parseScalar(t.Elem(), strings.TrimSpace(p))
-			if err != nil {
-				return nil, fmt.Errorf("item %q %v", p, err)
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	case reflect.Map:
-		return nil, fmt.Errorf("is a mapping and can only be set in the config file")
-	}
-	return raw, nil
 }
 
 func setPath(doc map[string]any, path []string, val any) {
@@ -277,7 +292,7 @@ func flatten(v reflect.Value, prefix string) map[string]any {
 			continue
 		}
 		fv := v.Field(i)
-		if f.Type.Kind() == reflect.Struct && f.Type.String() != "time.Duration" {
+		if isStruct(f.Type) {
 			for k, x := range flatten(fv, prefix+tag+".") {
 				out[k] = x
 			}
@@ -286,13 +301,6 @@ func flatten(v reflect.Value, prefix string) map[string]any {
 		out[prefix+tag] = fv.Interface()
 	}
 	return out
-}
-
-// cleanDecodeError trims mapstructure's wrapping to the useful sentence.
-func cleanDecodeError(err error) error {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "decoding failed due to the following error(s):\n\n")
-	return fmt.Errorf("%s", strings.TrimSpace(msg))
 }
 
 func deepCopy(v any) any {
@@ -313,19 +321,33 @@ func deepCopy(v any) any {
 	return v
 }
 
+// Redacted replaces every secret's value in rendered configs.
+const Redacted = "<redacted>"
+
 // YAML renders the configuration with its config-file keys, for
-// --print-config and the run directory's config.yaml.
+// --print-config and the run directory's config.yaml. Env secrets are shown
+// as <redacted>, key by key: their values are never written.
 func (c *Config) YAML() ([]byte, error) {
-	return yaml.Marshal(toDoc(reflect.ValueOf(*c)))
+	shown := *c
+	shown.Envs = slices.Clone(c.Envs)
+	for i, e := range shown.Envs {
+		if e.Secrets == nil {
+			continue
+		}
+		red := make(map[string]string, len(e.Secrets))
+		for k := range e.Secrets {
+			red[k] = Redacted
+		}
+		shown.Envs[i].Secrets = red
+	}
+	return yaml.Marshal(toDoc(reflect.ValueOf(shown)))
 }
 
 // toDoc turns a config value into nested maps keyed by mapstructure tags.
+// Unset optional fields and maps render as null, so every key shows.
 func toDoc(v reflect.Value) any {
 	switch v.Kind() {
 	case reflect.Struct:
-		if d, ok := v.Interface().(time.Duration); ok {
-			return d.String()
-		}
 		out := map[string]any{}
 		for i := 0; i < v.NumField(); i++ {
 			tag := v.Type().Field(i).Tag.Get("mapstructure")
@@ -335,6 +357,15 @@ func toDoc(v reflect.Value) any {
 			out[tag] = toDoc(v.Field(i))
 		}
 		return out
+	case reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return toDoc(v.Elem())
+	case reflect.Map:
+		if v.IsNil() {
+			return nil
+		}
 	case reflect.Slice:
 		if v.IsNil() {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/ortrain/ortrain/internal/grpo"
@@ -41,7 +42,21 @@ func oneOf(field, value string, allowed ...string) error {
 	return bad(field, value, "allowed: %s", strings.Join(allowed, ", "))
 }
 
-var deviceRE = regexp.MustCompile(`^(cpu|cuda|cuda:[0-9]+)$`)
+var (
+	deviceRE  = regexp.MustCompile(`^(cpu|cuda|cuda:[0-9]+)$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
+)
+
+// SaveableModules lists the values grpo.lora.modules_to_save accepts: the
+// modules of a Qwen/Llama decoder that LoRA does not adapt, by the name
+// their weights carry (model.embed_tokens.weight, model.norm.weight,
+// lm_head.weight, model.layers.N.input_layernorm.weight, …; see
+// internal/model's tensor specs and the worker's csrc/model.cpp). "norm"
+// is the final norm. lm_head is embed_tokens in a model with tied
+// embeddings.
+func SaveableModules() []string {
+	return []string{"embed_tokens", "lm_head", "norm", "input_layernorm", "post_attention_layernorm", "q_norm", "k_norm"}
+}
 
 // Validate checks every field and the relations between them.
 func (c *Config) Validate() error {
@@ -84,6 +99,17 @@ func (c *Config) validateEnvs() error {
 				return bad(fmt.Sprintf("envs[%d].indices[%d]", i, j), idx, "task indices are >= 0")
 			}
 		}
+		if e.Name == "" {
+			continue
+		}
+		if !envNameRE.MatchString(e.Name) {
+			return bad(f("name"), e.Name, "letters, digits, '-', '_', '.' and '/' (it keys metrics and file names)")
+		}
+		for j := range i {
+			if c.Envs[j].Name == e.Name {
+				return bad(f("name"), e.Name, "a name unique across envs (envs[%d] has it too)", j)
+			}
+		}
 	}
 	return nil
 }
@@ -99,6 +125,16 @@ func (c *Config) validateRuntime() error {
 		return bad("rollout.call_timeout", r.CallTimeout, "a positive duration such as 2m")
 	case !(r.MaxFailureFraction >= 0 && r.MaxFailureFraction <= 1):
 		return bad("rollout.max_failure_fraction", r.MaxFailureFraction, "a fraction in [0, 1]")
+	case r.MaxRetries < 0:
+		return bad("rollout.max_retries", r.MaxRetries, "0 (no retries) or a positive count")
+	case r.RetryBackoff <= 0:
+		return bad("rollout.retry_backoff", r.RetryBackoff, "a positive duration such as 1s")
+	case r.EnvDownTimeout <= 0:
+		return bad("rollout.env_down_timeout", r.EnvDownTimeout, "a positive duration such as 5m")
+	case r.RetryBackoff > r.EnvDownTimeout:
+		return bad("rollout.retry_backoff", r.RetryBackoff, "at most rollout.env_down_timeout (%v): the first wait must fit in the time an env may be down", r.EnvDownTimeout)
+	case r.MaxFailedToolSteps < 0:
+		return bad("rollout.max_failed_tool_steps", r.MaxFailedToolSteps, "0 (never stop) or a positive count of steps")
 	}
 	if err := oneOf("engine.kind", c.Engine.Kind, "builtin", "vllm"); err != nil {
 		return err
@@ -128,6 +164,14 @@ func (c *Config) validateRuntime() error {
 		return bad("worker.device", c.Worker.Device, "cpu, cuda or cuda:N")
 	case c.Worker.Threads < 0:
 		return bad("worker.threads", c.Worker.Threads, "0 (all cores) or a positive count")
+	case c.Worker.StepTimeout <= 0:
+		return bad("worker.step_timeout", c.Worker.StepTimeout, "a positive duration such as 10m")
+	case c.Worker.LogprobTimeout <= 0:
+		return bad("worker.logprob_timeout", c.Worker.LogprobTimeout, "a positive duration such as 10m")
+	case c.Worker.OptimizerTimeout <= 0:
+		return bad("worker.optimizer_timeout", c.Worker.OptimizerTimeout, "a positive duration such as 5m")
+	case c.Worker.SaveTimeout <= 0:
+		return bad("worker.save_timeout", c.Worker.SaveTimeout, "a positive duration such as 10m")
 	}
 	return oneOf("worker.dtype", c.Worker.DType, "float32", "bfloat16", "float16")
 }
@@ -186,6 +230,9 @@ func (g *GRPOConfig) validate() error {
 	case g.SaveSteps < 0:
 		return bad("grpo.save_steps", g.SaveSteps, "0 (only at the end) or a positive count")
 	}
+	if err := g.LoRA.validateModulesToSave(); err != nil {
+		return err
+	}
 	if g.LoRA.Enabled {
 		switch {
 		case g.LoRA.Rank < 1:
@@ -196,6 +243,25 @@ func (g *GRPOConfig) validate() error {
 			return bad("grpo.lora.dropout", g.LoRA.Dropout, "in [0, 1)")
 		case len(g.LoRA.TargetModules) == 0:
 			return bad("grpo.lora.target_modules", g.LoRA.TargetModules, "at least one module name such as q_proj")
+		}
+	}
+	return nil
+}
+
+func (l *LoRAConfig) validateModulesToSave() error {
+	if len(l.ModulesToSave) == 0 {
+		return nil
+	}
+	if !l.Enabled {
+		return bad("grpo.lora.modules_to_save", l.ModulesToSave, "only with grpo.lora.enabled: true (full fine-tuning trains every module)")
+	}
+	for i, m := range l.ModulesToSave {
+		field := fmt.Sprintf("grpo.lora.modules_to_save[%d]", i)
+		if !slices.Contains(SaveableModules(), m) {
+			return bad(field, m, "allowed: %s", strings.Join(SaveableModules(), ", "))
+		}
+		if slices.Contains(l.ModulesToSave[:i], m) {
+			return bad(field, m, "each module once")
 		}
 	}
 	return nil
