@@ -55,6 +55,29 @@ type EnvConfig struct {
 	// Chat overrides the top-level chat settings that depend on the env;
 	// what it leaves unset is inherited (see Config.EnvChat).
 	Chat EnvChatConfig `mapstructure:"chat"`
+	// Protocol is ors, openenv or auto (probe the URL); empty: a builtin's
+	// own protocol, ORS for URLs and catalog names.
+	Protocol string `mapstructure:"protocol"`
+	// Tasks is a JSONL file of OpenEnv tasks: one {"prompt", "reset",
+	// optional "split"} per line. Without it an OpenEnv env's task i is an
+	// episode reset with seed i (num_tasks of them).
+	Tasks string `mapstructure:"tasks"`
+	// OpenEnv shapes how an OpenEnv env's actions and observations become
+	// tools and turns.
+	OpenEnv OpenEnvConfig `mapstructure:"openenv"`
+}
+
+// OpenEnvConfig shapes an OpenEnv env's turns.
+type OpenEnvConfig struct {
+	// ActionTool names the tool a Gym-style env's action is offered as.
+	ActionTool string `mapstructure:"action_tool"`
+	// TextAction sends the assistant's plain text as the action's only
+	// string field (TRL's Wordle pattern) instead of offering a tool.
+	TextAction bool `mapstructure:"text_action"`
+	// ObservationField renders one field of each observation ("": all of it
+	// as JSON); ObservationDiff renders only what is new since the last turn.
+	ObservationField string `mapstructure:"observation_field"`
+	ObservationDiff  bool   `mapstructure:"observation_diff"`
 }
 
 // EnvChatConfig holds one env entry's chat overrides. A nil field inherits

@@ -93,6 +93,10 @@ func (c *Config) validateEnvs() error {
 			return bad(f("num_tasks"), e.NumTasks, "set num_tasks or indices, not both")
 		case !(e.Weight > 0) || math.IsInf(e.Weight, 0):
 			return bad(f("weight"), e.Weight, "a positive finite number")
+		case e.Protocol != "" && e.Protocol != "ors" && e.Protocol != "openenv" && e.Protocol != "auto":
+			return bad(f("protocol"), e.Protocol, "ors, openenv or auto (empty: a builtin's own protocol, else ors)")
+		case e.Tasks != "" && e.Protocol == "ors":
+			return bad(f("tasks"), e.Tasks, "a tasks file only for OpenEnv envs (ORS envs list their own tasks); set protocol: openenv")
 		}
 		for j, idx := range e.Indices {
 			if idx < 0 {
