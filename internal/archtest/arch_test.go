@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 	"internal/ors/orsserver":         {"internal/ors"},
 	// the run report reads a run directory with its own types (no trainer, no cgo).
 	"internal/report":   {},
-	"internal/rollout":  {"internal/chat", "internal/engine", "internal/envtarget"},
+	"internal/rollout":  {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/model", "internal/rollout", "internal/vllm", "internal/worker"},

@@ -63,11 +63,19 @@ func isUsage(err error) bool {
 	var usage *UsageError
 	var field *config.FieldError
 	var target *envtarget.TargetError
+	var typ *config.TypeError
+	var unknown *config.UnknownKeysError
+	var changed *config.ResumeChangedError
+	var auth *ors.AuthError
 	switch {
 	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target):
 		return true
+	case errors.As(err, &typ), errors.As(err, &unknown), errors.As(err, &changed):
+		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
 		return true
+	case errors.As(err, &auth):
+		return auth.MissingKey // no key at all: set one and run again
 	}
 	return false
 }

@@ -124,7 +124,7 @@ func TestListTasksErrors(t *testing.T) {
 			[]string{"available: echo, guess, letters, mcp-echo"}},
 		{"bad API key", []string{"--env", unauthorized.URL}, nil, ExitError,
 			[]string{"authentication failed", "Invalid API key", "hint: set OPENREWARD_API_KEY"}},
-		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitError,
+		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitUsage,
 			[]string{"set OPENREWARD_API_KEY"}},
 		{"catalog host from env", []string{"--env", "Owner/Env"}, map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": unauthorized.URL}, ExitError,
 			[]string{"authentication failed at " + unauthorized.URL}},

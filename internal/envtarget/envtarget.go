@@ -239,6 +239,17 @@ type UnreachableError struct {
 func (e *UnreachableError) Error() string { return e.Err.Error() }
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
+// SessionLostError is a session that died with its server (restarted,
+// reaped, or the connection cut mid-episode): a new session for the same
+// task may succeed.
+type SessionLostError struct {
+	Target string
+	Err    error
+}
+
+func (e *SessionLostError) Error() string { return e.Err.Error() }
+func (e *SessionLostError) Unwrap() error { return e.Err }
+
 // SplitError is a split the env does not have.
 type SplitError struct {
 	Target, Split string

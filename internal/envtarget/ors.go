@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 
 	"github.com/ortrain/ortrain/internal/envs"
 	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
@@ -269,12 +271,16 @@ func toolSpec(t ors.ToolSpec) ToolSpec {
 	return ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
 }
 
-// wrapORS marks an unreachable server with the neutral type rollouts
-// classify; everything else passes through.
+// wrapORS marks an unreachable server and a lost session with the neutral
+// types rollouts classify; everything else passes through.
 func wrapORS(target string, err error) error {
 	var ue *ors.UnreachableError
-	if errors.As(err, &ue) {
+	var lost *ors.SessionTerminatedError
+	switch {
+	case errors.As(err, &ue):
 		return &UnreachableError{Target: target, Err: err}
+	case errors.As(err, &lost), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF):
+		return &SessionLostError{Target: target, Err: err}
 	}
 	return err
 }

@@ -139,7 +139,10 @@ type Trajectory struct {
 	Divergences int
 	Outcome     Outcome
 	Err         error
-	Duration    time.Duration
+	// Retries counts the attempts rerun because the session died with its
+	// server (the trajectory is the last attempt's).
+	Retries  int
+	Duration time.Duration
 	// Phase times, summed over the episode.
 	GenTime, EnvTime time.Duration
 }

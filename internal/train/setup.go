@@ -6,62 +6,16 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
-
-// runEnv is one configured environment, connected.
-type runEnv struct {
-	Config config.EnvConfig
-	Name   string // for metrics: the built-in name, the catalog name or the URL
-	Conn   envtarget.Env
-	// Indices are the task indices of Config.Split the run draws from.
-	Indices []int
-}
-
-// connectEnvs resolves every env target (serving builtin ones on loopback)
-// and selects each env's task indices. Close the returned envs.
-func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*runEnv, error) {
-	var out []*runEnv
-	fail := func(err error) ([]*runEnv, error) {
-		closeEnvs(out)
-		return nil, err
-	}
-	for i, ec := range cfgs {
-		conn, err := envtarget.Resolve(ctx, ec.Target, envtarget.Options{Getenv: getenv, Logger: log})
-		if err != nil {
-			return fail(fmt.Errorf("envs[%d] target %q: %w", i, ec.Target, err))
-		}
-		e := &runEnv{Config: ec, Name: conn.Name(), Conn: conn}
-		out = append(out, e)
-		n, err := conn.NumTasks(ctx, ec.Split)
-		if err != nil {
-			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
-		}
-		if e.Indices, err = envtarget.SelectIndices(ec.Split, n, ec.Indices, ec.NumTasks); err != nil {
-			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
-		}
-	}
-	return out, nil
-}
-
-// closeEnvs releases every env (in-process servers included), each bounded.
-func closeEnvs(es []*runEnv) {
-	for _, e := range es {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = e.Conn.Close(ctx)
-		cancel()
-	}
-}
 
 // stack is what a run and an eval build before rolling out: the model, its
 // chat template, the connected envs, the worker with the policy, the
@@ -102,6 +56,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 		return nil, err
 	}
 	if st.envs, err = connectEnvs(ctx, cfg.Envs, so.getenv, so.logger); err != nil {
+		return nil, err
+	}
+	if err = checkFinalAnswerTools(ctx, cfg, st.envs); err != nil {
 		return nil, err
 	}
 	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
