@@ -136,6 +136,12 @@ type Listing struct {
 	Protocol Protocol
 	Tasks    []Task
 	Tools    []ListedTool // nil unless Query.Tools
+	// OpenEnv only: /metadata, and the action and observation schemas of
+	// /schema (an MCP env's action is a tool call).
+	Metadata          json.RawMessage `json:"metadata,omitempty"`
+	ActionSchema      json.RawMessage `json:"action_schema,omitempty"`
+	ObservationSchema json.RawMessage `json:"observation_schema,omitempty"`
+	MCP               bool            `json:"mcp,omitempty"`
 }
 
 // Options configure Resolve.

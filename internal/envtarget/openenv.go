@@ -186,7 +186,19 @@ func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Protocol: OpenEnv}
+	l := &Listing{Protocol: OpenEnv, MCP: e.mcp}
+	meta, err := e.client.Metadata(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.Metadata, err = json.Marshal(meta); err != nil {
+		return nil, err
+	}
+	schema, err := e.client.Schema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.ActionSchema, l.ObservationSchema = schema.Action, schema.Observation
 	for _, i := range idx {
 		kwargs, prompt, err := e.task(q.Split, i)
 		if err != nil {
