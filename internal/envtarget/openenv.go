@@ -213,7 +213,9 @@ func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 			return nil, err
 		}
 		tools, err := s.Tools(ctx)
-		closeErr := s.Close(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		closeErr := s.Close(cctx)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

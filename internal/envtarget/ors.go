@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ortrain/ortrain/internal/envs"
 	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
@@ -54,7 +55,7 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	if srv.Protocol == envs.ProtocolOpenEnv {
 		e, err := openOpenEnv(ctx, target, srv.URL, name, opts)
 		if err != nil {
-			_ = srv.Stop(context.WithoutCancel(ctx))
+			stopBounded(ctx, srv.Stop)
 			return nil, err
 		}
 		e.stopServer = srv.Stop
@@ -62,12 +63,23 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	}
 	e, err := resolveORS(ctx, target, srv.URL, name, opts)
 	if err != nil {
-		_ = srv.Stop(context.WithoutCancel(ctx))
+		stopBounded(ctx, srv.Stop)
 		return nil, err
 	}
 	oe := e.(*orsEnv)
 	oe.server, oe.stopServer = srv.ORS, srv.Stop
 	return oe, nil
+}
+
+// closeTimeout bounds closing a probe session and stopping a server, also
+// after the caller's context was cancelled.
+const closeTimeout = 10 * time.Second
+
+// stopBounded stops a server with a fresh, bounded context.
+func stopBounded(ctx context.Context, stop func(context.Context) error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = stop(sctx)
 }
 
 // resolveORS builds an ORS client for url (target is what the user wrote).
@@ -199,7 +211,9 @@ func (e *orsEnv) tools(ctx context.Context, split string, index int) ([]ListedTo
 		return nil, fmt.Errorf("probe session for task-scoped tools: %w", err)
 	}
 	all, err := s.Tools(ctx)
-	closeErr := s.Close(context.WithoutCancel(ctx))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	closeErr := s.Close(cctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
