@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -75,3 +76,7 @@ func tee(t *testing.T, r *http.Request) []byte {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body
 }
+
+func nan() float64 { return math.NaN() }
+
+func itoa(i int) string { return strconv.Itoa(i) }
