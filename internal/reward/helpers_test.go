@@ -80,3 +80,5 @@ func tee(t *testing.T, r *http.Request) []byte {
 func nan() float64 { return math.NaN() }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+type backoffT = backoff.Backoff
