@@ -77,15 +77,21 @@ func NewRequestItem(t *Trajectory, agg grpo.RewardAggregation) RequestItem {
 		}
 		msgs = append(msgs, m)
 	}
-	envRewards := t.EnvRewards
-	if envRewards == nil {
+	envRewards, task, meta := t.EnvRewards, t.Task, t.Metadata
+	if envRewards == nil { // JSON [] and {}, never null: scorers index them
 		envRewards = []*float64{}
 	}
+	if task == nil {
+		task = map[string]any{}
+	}
+	if meta == nil {
+		meta = map[string]any{}
+	}
 	return RequestItem{
-		Env: t.Env, Task: t.Task, Prompt: t.Prompt, Messages: msgs, Completion: t.Text(),
+		Env: t.Env, Task: task, Prompt: t.Prompt, Messages: msgs, Completion: t.Text(),
 		EnvRewards: envRewards, EnvReward: agg.Aggregate(t.EnvRewards), Finished: t.Finished,
 		Outcome: t.Outcome, Truncated: t.Truncated, NumTurns: t.NumTurns(), NumToolCalls: t.NumToolCalls,
-		ToolFailures: t.ToolFailures, CompletionTokens: t.CompletionTokens, Metadata: t.Metadata,
+		ToolFailures: t.ToolFailures, CompletionTokens: t.CompletionTokens, Metadata: meta,
 	}
 }
 

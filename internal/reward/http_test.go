@@ -77,6 +77,7 @@ func TestHTTPHappyPath(t *testing.T) {
 		{Role: "assistant", Content: "It is PARIS."},
 	}, first.Messages)
 	assert.Equal(t, []*float64{}, got.Trajectories[1].EnvRewards, "no env rewards is [], not null")
+	assert.Equal(t, map[string]any{}, got.Trajectories[1].Metadata, "no metadata is {}, not null")
 }
 
 func TestHTTPRetriesA500(t *testing.T) {

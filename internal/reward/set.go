@@ -1,9 +1,3 @@
-// Package reward turns trajectories into rewards: a weighted list of
-// functions (the env's own rewards, CEL expressions, builtins, remote
-// scorers over HTTP), as TRL's reward_funcs with reward_weights. It knows
-// nothing of rollouts or training; the trainer fills a Trajectory view per
-// rollout, calls (*Set).Score per batch, and uses Scores.Total as the
-// rollout's reward.
 package reward
 
 import (
@@ -188,9 +182,11 @@ func (s *Set) Score(ctx context.Context, batch []Trajectory) ([]Scores, error) {
 			}
 			errs[k] = es
 		}
-		if _, remote := f.(*httpScorer); remote && len(live) > 0 {
+		switch _, remote := f.(*httpScorer); {
+		case len(live) == 0: // nothing to score: no request either
+		case remote:
 			wg.Go(run)
-		} else {
+		default:
 			run()
 		}
 	}

@@ -2,6 +2,8 @@ package reward
 
 import (
 	"context"
+	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -72,11 +74,21 @@ func TestDefaultSetIsTodaysEnvReward(t *testing.T) {
 	}
 }
 
-func TestEmptyBatch(t *testing.T) {
-	set := compile(t, []Spec{{Name: "h", Kind: KindHTTP, URL: "http://127.0.0.1:1/never"}}, Options{})
+func TestNothingToScoreSendsNothing(t *testing.T) {
+	var calls atomic.Int32
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls.Add(1) }))
+	set := compile(t, []Spec{{Name: "env", Kind: KindEnv}, {Name: "h", Kind: KindHTTP, URL: srv.URL}}, Options{})
 	scores, err := set.Score(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, scores)
+	scores, err = set.Score(context.Background(), []Trajectory{{Failed: true}, {Failed: true}})
+	require.NoError(t, err)
+	require.Len(t, scores, 2)
+	for _, s := range scores {
+		assert.NoError(t, s.Err)
+		assertFloats(t, []float64{nan(), nan()}, s.Values)
+	}
+	assert.Zero(t, calls.Load(), "no request for a batch with nothing to score")
 }
 
 func TestMetrics(t *testing.T) {
