@@ -3,6 +3,7 @@ package reward
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -117,4 +118,27 @@ func TestMetrics(t *testing.T) {
 
 	one := set.Metrics(scores[:1])
 	assert.Equal(t, map[string]float64{"rewards/env/mean": 1, "rewards/judge/mean": 2}, one, "std of one value is omitted")
+}
+
+func TestScoreFromManyGoroutines(t *testing.T) {
+	srv := serve(t, ExampleScorer())
+	set := compile(t, []Spec{
+		{Name: "env", Kind: KindEnv},
+		{Name: "brevity", Kind: KindExpression, Expression: "completion_tokens < 8 ? 1.0 : 0.0"},
+		{Name: "judge", Kind: KindHTTP, URL: srv.URL + "/score"},
+	}, Options{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			batch := capitals()
+			batch[0].CompletionTokens = g // brevity 1 for g < 8
+			scores, err := set.Score(context.Background(), batch)
+			if !assert.NoError(t, err) {
+				return
+			}
+			// t0: env last(0.5, null) = 0.5, brevity 1, judge 1 → 2.5
+			assert.InDelta(t, 2.5, scores[0].Total, 1e-12)
+		})
+	}
+	wg.Wait()
 }
