@@ -164,3 +164,15 @@ func TestScoreCanceled(t *testing.T) {
 	_, err := set.Score(ctx, []Trajectory{{}})
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+func TestEveryBadExpressionIsReported(t *testing.T) {
+	_, err := Compile([]Spec{
+		{Name: "a", Kind: KindExpression, Expression: "nope"},
+		{Name: "b", Kind: KindExpression, Expression: "1.0"},
+		{Name: "c", Kind: KindExpression, Expression: "finished"},
+	}, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `reward "a": expression "nope" at 1:1: undeclared reference to 'nope'`)
+	assert.Contains(t, err.Error(), `reward "c": expression "finished" at 1:1: the expression has type bool`)
+	assert.NotContains(t, err.Error(), `reward "b"`)
+}

@@ -52,7 +52,8 @@ type scorer interface {
 
 // Compile validates specs and builds their functions: every expression is
 // parsed and type-checked here, so a bad one stops the run before any
-// rollout. An empty list means DefaultSpecs().
+// rollout (all bad ones are reported together). An empty list means
+// DefaultSpecs().
 func Compile(specs []Spec, opts Options) (*Set, error) {
 	if len(specs) == 0 {
 		specs = DefaultSpecs()
@@ -66,46 +67,53 @@ func Compile(specs []Spec, opts Options) (*Set, error) {
 	if opts.NewBackoff == nil {
 		opts.NewBackoff = defaultBackoff(opts.Logger)
 	}
-	var env *cel.Env
+	env, err := newCELEnv()
+	if err != nil {
+		return nil, fmt.Errorf("build expression environment: %w", err)
+	}
 	set := &Set{specs: append([]Spec(nil), specs...)}
+	var errs []error
 	for _, s := range specs {
-		agg := opts.Aggregation
-		if s.Aggregation != "" {
-			agg, _ = grpo.ParseRewardAggregation(s.Aggregation) // checked by Validate
-		}
-		var f scorer
-		switch s.Kind {
-		case KindEnv:
-			f = perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) {
-				return agg.Aggregate(t.EnvRewards), nil
-			})
-		case KindBuiltin:
-			b := builtins[s.Function]
-			f = perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) { return b.score(s, t), nil })
-		case KindExpression:
-			if env == nil {
-				var err error
-				if env, err = newCELEnv(); err != nil {
-					return nil, fmt.Errorf("build expression environment: %w", err)
-				}
-			}
-			prg, err := compileExpression(env, s)
-			if err != nil {
-				return nil, err
-			}
-			f = perTrajectory(func(ctx context.Context, t *Trajectory) (float64, error) {
-				v, err := evalExpression(ctx, prg, activation(t, agg.Aggregate(t.EnvRewards)))
-				if err != nil {
-					return math.NaN(), &EvalError{Reward: s.Name, Expression: s.Expression, Err: err}
-				}
-				return v, nil
-			})
-		case KindHTTP:
-			f = &httpScorer{spec: s, agg: opts.Aggregation, client: opts.HTTPClient, newBackoff: opts.NewBackoff}
-		}
+		f, err := newScorer(s, opts, env)
+		errs = append(errs, err)
 		set.funcs = append(set.funcs, f)
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	return set, nil
+}
+
+// newScorer builds one validated spec's function.
+func newScorer(s Spec, opts Options, env *cel.Env) (scorer, error) {
+	agg := opts.Aggregation
+	if s.Aggregation != "" {
+		agg, _ = grpo.ParseRewardAggregation(s.Aggregation) // checked by Validate
+	}
+	switch s.Kind {
+	case KindEnv:
+		return perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) {
+			return agg.Aggregate(t.EnvRewards), nil
+		}), nil
+	case KindBuiltin:
+		b := builtins[s.Function]
+		return perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) { return b.score(s, t), nil }), nil
+	case KindExpression:
+		prg, err := compileExpression(env, s)
+		if err != nil {
+			return nil, err
+		}
+		return perTrajectory(func(ctx context.Context, t *Trajectory) (float64, error) {
+			v, err := evalExpression(ctx, prg, activation(t, agg.Aggregate(t.EnvRewards)))
+			if err != nil {
+				return math.NaN(), &EvalError{Reward: s.Name, Expression: s.Expression, Err: err}
+			}
+			return v, nil
+		}), nil
+	case KindHTTP:
+		return &httpScorer{spec: s, agg: opts.Aggregation, client: opts.HTTPClient, newBackoff: opts.NewBackoff}, nil
+	}
+	return nil, fmt.Errorf("reward %q: unknown kind %q", s.Name, s.Kind) // unreachable after Validate
 }
 
 // Specs returns the compiled specs, in order (Scores.Values follows it).
