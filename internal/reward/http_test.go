@@ -65,7 +65,7 @@ func TestHTTPHappyPath(t *testing.T) {
 	require.Len(t, got.Trajectories, 3)
 	first := got.Trajectories[0]
 	assert.Equal(t, "It is PARIS.", first.Completion)
-	assert.Equal(t, 0.5, first.EnvReward)
+	assert.Equal(t, 0.5, first.EnvReward, "the run's aggregation (sum) of 0.5 and null")
 	assert.Equal(t, []*float64{ptr(0.5), nil}, first.EnvRewards)
 	assert.Equal(t, 2, first.NumTurns)
 	assert.Equal(t, 12, first.CompletionTokens)
@@ -274,4 +274,19 @@ func FuzzParseResponse(f *testing.F) {
 		}
 		assert.Len(t, vals, n)
 	})
+}
+
+func TestHTTPEnvRewardUsesTheSpecsAggregation(t *testing.T) {
+	var got Request
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.NoError(t, json.Unmarshal(tee(t, r), &got))
+		_, _ = w.Write([]byte(`{"rewards": [0]}`))
+	}))
+	spec := judgeSpec(srv.URL, time.Second, 0)
+	spec.Aggregation = "max"
+	set := compile(t, []Spec{spec}, Options{Aggregation: grpo.RewardLast})
+	_, err := set.Score(context.Background(), []Trajectory{{EnvRewards: []*float64{ptr(0.9), ptr(0.1), nil}}})
+	require.NoError(t, err)
+	require.Len(t, got.Trajectories, 1)
+	assert.Equal(t, 0.9, got.Trajectories[0].EnvReward, "max, not the run's last (0.1)")
 }

@@ -111,7 +111,7 @@ func newScorer(s Spec, opts Options, env *cel.Env) (scorer, error) {
 			return v, nil
 		}), nil
 	case KindHTTP:
-		return &httpScorer{spec: s, agg: opts.Aggregation, client: opts.HTTPClient, newBackoff: opts.NewBackoff}, nil
+		return &httpScorer{spec: s, agg: agg, client: opts.HTTPClient, newBackoff: opts.NewBackoff}, nil
 	}
 	return nil, fmt.Errorf("reward %q: unknown kind %q", s.Name, s.Kind) // unreachable after Validate
 }

@@ -43,7 +43,7 @@ type Spec struct {
 	// Weight is TRL's reward_weights entry; nil means 1.
 	Weight *float64 `mapstructure:"weight" yaml:"weight,omitempty" json:"weight,omitempty"`
 
-	// Aggregation (env, expression): how the env's per-call rewards
+	// Aggregation (env, expression, http): how the env's per-call rewards
 	// become env_reward: last, sum, max or mean. Empty means the caller's
 	// default (Options.Aggregation).
 	Aggregation string `mapstructure:"aggregation" yaml:"aggregation,omitempty" json:"aggregation,omitempty"`
@@ -123,8 +123,8 @@ func (s Spec) Validate(index int) error {
 		return bad("weight", "is NaN")
 	}
 	if s.Aggregation != "" {
-		if s.Kind != KindEnv && s.Kind != KindExpression {
-			return bad("aggregation", "only env and expression rewards aggregate env rewards, not %s", s.Kind)
+		if s.Kind == KindBuiltin {
+			return bad("aggregation", "only env, expression and http rewards aggregate env rewards, not %s", s.Kind)
 		}
 		if _, err := grpo.ParseRewardAggregation(s.Aggregation); err != nil {
 			return bad("aggregation", "%q: allowed: last, sum, max, mean", s.Aggregation)

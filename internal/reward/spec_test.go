@@ -28,7 +28,7 @@ func TestSpecValidate(t *testing.T) {
 		{"name with slash", Spec{Name: "a/b", Kind: KindEnv}, "name", `"a/b"`},
 		{"unknown kind", Spec{Name: "x", Kind: "python"}, "kind", "allowed: env, expression, builtin, http"},
 		{"bad aggregation", Spec{Name: "env", Kind: KindEnv, Aggregation: "median"}, "aggregation", "allowed: last, sum, max, mean"},
-		{"aggregation on builtin", Spec{Name: "o", Kind: KindBuiltin, Function: "tool_call_format", Aggregation: "sum"}, "aggregation", "only env and expression"},
+		{"aggregation on builtin", Spec{Name: "o", Kind: KindBuiltin, Function: "tool_call_format", Aggregation: "sum"}, "aggregation", "only env, expression and http"},
 		{"NaN weight", Spec{Name: "env", Kind: KindEnv, Weight: ptr(nan())}, "weight", "NaN"},
 		{"expression missing", Spec{Name: "e", Kind: KindExpression}, "expression", "required"},
 		{"expression on env", Spec{Name: "env", Kind: KindEnv, Expression: "1.0"}, "expression", "not used by kind env"},
