@@ -125,6 +125,9 @@ func (p *parser) parseMistral(text string) string {
 			p.fail("", trimmed, "not a JSON array of calls: "+err.Error())
 			return content
 		}
+		if len(items) == 0 {
+			p.fail("", trimmed, "[TOOL_CALLS] followed by an empty list of calls")
+		}
 		for _, it := range items {
 			p.addObject(it)
 		}
