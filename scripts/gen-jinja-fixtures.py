@@ -75,6 +75,7 @@ SNIPPETS = [
     ("splitlines", "{{ 'a\\nb\\r\\nc\\n'.splitlines() }}|{{ 'a\\n\\nb'.splitlines(true) }}|{{ ''.splitlines() }}"),
     ("rfind index", "{{ 'hello'.rfind('l') }}|{{ 'hello'.index('l') }}|{{ 'hello'.rindex('l') }}|{{ 'hello'.find('l', 3) }}|{{ 'hello'.rfind('z') }}|{{ 'héllo'.index('l') }}"),
     ("is methods", "{{ '123'.isdigit() }}{{ '12a'.isdigit() }}{{ 'abc'.isalpha() }}{{ 'a1'.isalnum() }}{{ '  '.isspace() }}{{ 'ab'.islower() }}{{ 'AB'.isupper() }}{{ 'Ab Cd'.istitle() }}{{ ''.isdigit() }}{{ '12'.isnumeric() }}{{ '1.5'.isdecimal() }}"),
+    ("lower upper tests", "{{ '' is lower }}{{ '123' is upper }}{{ 'ab1' is lower }}{{ 5 is lower }}{{ 'ǅ' is upper }}{{ 'ǅ'.islower() }}{{ 'ÀB' is upper }}"),
     ("zfill ljust rjust center", "{{ '42'.zfill(5) }}|{{ '-42'.zfill(5) }}|{{ 'ab'.ljust(5, '*') }}|{{ 'ab'.rjust(5) }}|{{ 'ab'.center(7, '-') }}"),
     ("partition", "{{ 'a=b=c'.partition('=') }}|{{ 'a=b=c'.rpartition('=') }}|{{ 'abc'.partition('x') }}|{{ 'abc'.rpartition('x') }}"),
     ("removeprefix removesuffix", "{{ 'prefix_x'.removeprefix('prefix_') }}|{{ 'x.json'.removesuffix('.json') }}|{{ 'abc'.removeprefix('z') }}"),

@@ -313,14 +313,8 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 	case "in":
 		return contains(argAt(0), v)
 	case "lower", "upper":
-		s, ok := v.(string)
-		if !ok {
-			return false, nil
-		}
-		if name == "lower" {
-			return s == strings.ToLower(s), nil
-		}
-		return s == strings.ToUpper(s), nil
+		s := toStr(v) // jinja2: str(value).islower()
+		return pyIsCase(s, name == "upper"), nil
 	case "odd", "even", "divisibleby":
 		n, ok := toInt(v)
 		if !ok {

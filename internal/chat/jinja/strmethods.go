@@ -50,23 +50,7 @@ func moreStringMethod(s string, name string) Value {
 	case "isspace":
 		return pred(func(s string) bool { return s != "" && all(s, pyIsSpace) })
 	case "islower", "isupper":
-		return pred(func(s string) bool {
-			cased := false
-			for _, r := range s {
-				if unicode.IsUpper(r) || unicode.IsTitle(r) {
-					if name == "islower" {
-						return false
-					}
-					cased = true
-				} else if unicode.IsLower(r) {
-					if name == "isupper" {
-						return false
-					}
-					cased = true
-				}
-			}
-			return cased
-		})
+		return pred(func(s string) bool { return pyIsCase(s, name == "isupper") })
 	case "istitle":
 		return pred(pyIsTitle)
 	case "zfill":
@@ -232,6 +216,29 @@ func pyIsTitle(s string) bool {
 			prevCased, cased = true, true
 		default:
 			prevCased = false
+		}
+	}
+	return cased
+}
+
+// pyIsCase is str.isupper (upper) or str.islower: some cased character,
+// and none of the other case.
+func pyIsCase(s string, upper bool) bool {
+	cased := false
+	for _, r := range s {
+		switch {
+		case unicode.IsTitle(r):
+			return false // CPython: a title-case letter is neither
+		case unicode.IsUpper(r):
+			if !upper {
+				return false
+			}
+			cased = true
+		case unicode.IsLower(r):
+			if upper {
+				return false
+			}
+			cased = true
 		}
 	}
 	return cased
