@@ -93,3 +93,22 @@ func TestFilterAndTestNames(t *testing.T) {
 	_, err := applyFilter("nosuch", "x", nil, nil)
 	assert.ErrorContains(t, err, "no filter named")
 }
+
+// TestCompletenessLimits: the new filters and methods refuse sizes that
+// would exhaust memory, and stay linear on long input.
+func TestCompletenessLimits(t *testing.T) {
+	for _, src := range []string{
+		"{{ 'a'.ljust(10 ** 12) }}", "{{ 'a'.zfill(10 ** 12) }}", "{{ 'a' | center(10 ** 12) }}",
+		"{{ [1] | batch(10 ** 12, 0) | list }}", "{{ [1] | slice(10 ** 12) | list }}", "{{ 2 ** 100000 }}",
+	} {
+		tmpl, err := Parse(src)
+		require.NoError(t, err)
+		_, err = tmpl.Render(map[string]Value{}, RenderOptions{})
+		assert.Error(t, err, src)
+	}
+	tmpl, err := Parse("{{ ('x' * 200000) | wordwrap(3) | length }}")
+	require.NoError(t, err)
+	got, err := tmpl.Render(map[string]Value{}, RenderOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "266666", got, "200000 characters in lines of 3 joined by newlines")
+}

@@ -52,6 +52,9 @@ func moreFilter(name string, v Value, args []Value, kwargs map[string]Value) (ou
 		if w, ok := arg(args, kwargs, 0, "width"); ok {
 			width, _ = toInt(w)
 		}
+		if width > maxStringLen {
+			return nil, true, fmt.Errorf("center width %d is too large", width)
+		}
 		out = pyCenter(toStr(v), int(width), " ")
 	case "attr":
 		nameV, _ := arg(args, kwargs, 0, "name")
@@ -61,6 +64,9 @@ func moreFilter(name string, v Value, args []Value, kwargs map[string]Value) (ou
 	}
 	return out, true, err
 }
+
+// maxItems bounds the lists batch and slice build.
+const maxItems = 1 << 20
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;")
 
@@ -237,8 +243,8 @@ func groupbyFilter(v Value, args []Value, kwargs map[string]Value) (Value, error
 func batchFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
 	countV, _ := arg(args, kwargs, 0, "linecount")
 	count, ok := toInt(countV)
-	if !ok || count <= 0 {
-		return nil, fmt.Errorf("batch needs a positive line count")
+	if !ok || count <= 0 || count > maxItems {
+		return nil, fmt.Errorf("batch needs a line count from 1 to %d", maxItems)
 	}
 	fill, hasFill := arg(args, kwargs, 1, "fill_with")
 	hasFill = hasFill && fill != nil
@@ -261,8 +267,8 @@ func batchFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) 
 func sliceFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
 	slicesV, _ := arg(args, kwargs, 0, "slices")
 	slices, ok := toInt(slicesV)
-	if !ok || slices <= 0 {
-		return nil, fmt.Errorf("slice needs a positive number of slices")
+	if !ok || slices <= 0 || slices > maxItems {
+		return nil, fmt.Errorf("slice needs a number of slices from 1 to %d", maxItems)
 	}
 	fill, hasFill := arg(args, kwargs, 1, "fill_with")
 	hasFill = hasFill && fill != nil
@@ -362,7 +368,9 @@ func textWrap(text string, width int, breakLong, hyphens bool) []string {
 	for i, j := 0, len(chunks)-1; i < j; i, j = i+1, j-1 {
 		chunks[i], chunks[j] = chunks[j], chunks[i]
 	}
-	isSpace := func(c []rune) bool { return strings.TrimFunc(string(c), pyIsSpace) == "" }
+	isSpace := func(c []rune) bool { // chunks are all-space or have no space
+		return len(c) > 0 && pyIsSpace(c[0])
+	}
 	var lines []string
 	for len(chunks) > 0 {
 		var cur [][]rune

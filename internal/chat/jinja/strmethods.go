@@ -56,6 +56,9 @@ func moreStringMethod(s string, name string) Value {
 	case "zfill":
 		return fn(func(args []Value) (Value, error) {
 			width, _ := toInt(argOr(args, 0, int64(0)))
+			if width > maxStringLen {
+				return nil, fmt.Errorf("zfill width %d is too large", width)
+			}
 			n := utf8.RuneCountInString(s)
 			if int(width) <= n {
 				return s, nil
@@ -69,6 +72,9 @@ func moreStringMethod(s string, name string) Value {
 	case "ljust", "rjust", "center":
 		return fn(func(args []Value) (Value, error) {
 			width, _ := toInt(argOr(args, 0, int64(0)))
+			if width > maxStringLen {
+				return nil, fmt.Errorf("%s width %d is too large", name, width)
+			}
 			fill := toStr(argOr(args, 1, " "))
 			if utf8.RuneCountInString(fill) != 1 {
 				return nil, fmt.Errorf("the fill character must be exactly one character long")
