@@ -213,6 +213,7 @@ func TestParseToolCallsForSchemaTyping(t *testing.T) {
 		{"unknown property of an open schema", xml("probe", "text", "a", "extra", "[1]"), `{"text": "a", "extra": [1]}`, ""},
 		{"unknown tool stays untyped", xml("other", "n", "42"), `{"n": 42}`, ""},
 		{"multi-line string", xml("probe", "text", "line 1\n\nline 3\n"), `{"text": "line 1\n\nline 3\n"}`, ""},
+		{"integer with a zero fraction", xml("probe", "text", "a", "count", "-3.00"), `{"text": "a", "count": -3}`, ""},
 		{"integer with a fraction", xml("probe", "text", "a", "count", "1.5"), "", `parameter "count": want integer, got "1.5"`},
 		{"not a number", xml("probe", "text", "a", "ratio", "many"), "", `parameter "ratio": want number`},
 		{"boolean spelled yes", xml("probe", "text", "a", "flag", "yes"), "", `parameter "flag": want boolean`},

@@ -219,6 +219,10 @@ func convertText(typ, text string) ([]byte, bool) {
 			return []byte("false"), true
 		}
 	case "integer":
+		// JSON Schema counts 3.0 as an integer; it is passed on as 3.
+		if whole, frac, ok := strings.Cut(text, "."); ok && frac != "" && strings.Trim(frac, "0") == "" {
+			text = whole
+		}
 		if isJSONNumber(text) && !strings.ContainsAny(text, ".eE") {
 			return []byte(text), true
 		}
