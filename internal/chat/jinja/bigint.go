@@ -66,7 +66,7 @@ func bigArith(op string, a, b *big.Int) (Value, error) {
 		if b.Sign() < 0 {
 			return math.Pow(bigToFloat(a), bigToFloat(b)), nil
 		}
-		if a.BitLen() > 1 && (!b.IsInt64() || int64(a.BitLen()-1)*b.Int64() > maxIntBits) {
+		if a.BitLen() > 1 && (!b.IsInt64() || b.Int64() > maxIntBits/int64(a.BitLen()-1)) {
 			return nil, fmt.Errorf("integer result larger than %d bits", maxIntBits)
 		}
 		out.Exp(a, b, nil)
