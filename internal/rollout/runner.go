@@ -429,10 +429,20 @@ func (e *episode) callTools(ctx context.Context, calls []ToolCall, perr error) (
 		}
 		results = append(results, res)
 	}
-	if perr != nil {
-		// A malformed call is answered, not executed: the model sees why.
+	// A malformed call, or one whose arguments break its tool's schema, is
+	// answered, not executed: the model sees why, the trajectory records it.
+	var failed chat.ToolCallErrors
+	if perr != nil && !errors.As(perr, &failed) {
+		failed = chat.ToolCallErrors{{Reason: perr.Error()}}
+	}
+	for _, pe := range failed {
 		e.tr.ToolFailures++
-		results = append(results, chat.ToolResult{Name: "error", Content: errText(fmt.Errorf("could not parse your tool call: %w", perr))})
+		e.tr.Turns = append(e.tr.Turns, Turn{Role: "tool", Tool: pe.Name, Error: pe.Error()})
+		name := pe.Name
+		if name == "" {
+			name = "error"
+		}
+		results = append(results, chat.ToolResult{ToolCallID: pe.ID, Name: name, Content: errText(fmt.Errorf("could not parse your tool call: %w", pe))})
 	}
 	return results, nil
 }
