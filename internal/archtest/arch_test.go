@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"internal/backoff":    {},
 	"internal/chat":       {"internal/chat/jinja"},
 	"internal/chat/jinja": {},
-	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report",
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
 		"internal/train", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/grpo"},
@@ -54,7 +54,9 @@ var allowed = map[string][]string{
 	"internal/ors":                   {"internal/backoff"},
 	"internal/ors/orsserver":         {"internal/ors"},
 	// the run report reads a run directory with its own types (no trainer, no cgo).
-	"internal/report":   {},
+	"internal/report": {},
+	// reward functions see trajectories through their own view type, not rollout's.
+	"internal/reward":   {"internal/backoff", "internal/grpo"},
 	"internal/rollout":  {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",

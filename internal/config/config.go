@@ -95,7 +95,9 @@ type EnvChatConfig struct {
 // ChatConfig shapes the conversation the policy sees.
 type ChatConfig struct {
 	SystemPrompt string `mapstructure:"system_prompt"`
-	// ToolCallFormat is hermes, llama3_json, mistral, or auto (from the template).
+	// ToolCallFormat is auto (detected from the template) or one of
+	// chat.ToolCallFormatNames: hermes, qwen_xml, llama3_json, mistral,
+	// deepseek_v3, glm45, minimax_m2, kimi_k2, none.
 	ToolCallFormat string `mapstructure:"tool_call_format"`
 	// TemplateKwargs are extra chat-template variables (e.g. enable_thinking).
 	TemplateKwargs map[string]any `mapstructure:"template_kwargs"`

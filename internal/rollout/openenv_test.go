@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/envs"
 	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 )
@@ -152,4 +153,30 @@ func TestRolloutTextAction(t *testing.T) {
 	assert.Equal(t, "Louder!", tr.Turns[1].Text)
 	assert.Contains(t, gen.seen[1], "<|im_start|>user\nLouder!", "the observation is a user turn")
 	assert.Eventually(t, func() bool { return srv.Stats().Live == 0 }, 5*time.Second, 10*time.Millisecond, "the episode's socket is closed")
+}
+
+// Issue 11 item 5: a trajectory records the tools its session offered
+// (task-scoped ones included), whether the prompt showed them and which
+// definitions, and with LogPrompts the rendered prompt.
+func TestTrajectoryRecordsOfferedTools(t *testing.T) {
+	cs := tinyChat(t)
+	opener, _, _ := serveEnv(t, envs.Echo())
+	gen := &scriptedGenerator{tok: cs.Tokenizer, script: func(int, string) (string, engine.StopReason, time.Duration) {
+		return "no idea", engine.StopToken, 0
+	}}
+	shown := newRunner(t, opener, gen, cs, func(o *Options) { o.LogPrompts = true }).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
+	require.NoError(t, shown.Err)
+	assert.ElementsMatch(t, []string{"echo", "hint"}, shown.ToolsOffered)
+	assert.True(t, shown.ToolsRendered)
+	assert.Len(t, shown.ToolsSHA256, 64)
+	assert.Contains(t, shown.PromptText, `"name": "hint"`, "the task-scoped tool reached the rendered prompt")
+
+	hidden := cs
+	hidden.HideTools = true
+	tr := newRunner(t, opener, gen, hidden, nil).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
+	require.NoError(t, tr.Err)
+	assert.ElementsMatch(t, []string{"echo", "hint"}, tr.ToolsOffered)
+	assert.False(t, tr.ToolsRendered)
+	assert.Empty(t, tr.ToolsSHA256)
+	assert.Empty(t, tr.PromptText, "prompts are logged only when asked")
 }

@@ -6,6 +6,8 @@ package rollout
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,9 +45,19 @@ type ChatSpec struct {
 }
 
 func (c ChatSpec) newConversation(system, user string, tools []envtarget.ToolSpec) (*chat.Conversation, error) {
+	ct := chatTools(tools)
+	rendered := ct
 	if c.HideTools {
-		tools = nil
+		rendered = nil
 	}
+	// The offered tools' schemas type the model's arguments even when the
+	// prompt does not show them.
+	return chat.NewConversation(c.Tokenizer, c.Template, user, chat.ConversationOptions{
+		System: system, Tools: rendered, ParseTools: ct, Kwargs: c.Kwargs, Policy: c.Policy, Format: c.Format,
+	})
+}
+
+func chatTools(tools []envtarget.ToolSpec) []chat.Tool {
 	ct := make([]chat.Tool, len(tools))
 	for i, t := range tools {
 		params := t.InputSchema
@@ -54,9 +66,22 @@ func (c ChatSpec) newConversation(system, user string, tools []envtarget.ToolSpe
 		}
 		ct[i] = chat.Tool{Name: t.Name, Description: t.Description, Parameters: params}
 	}
-	return chat.NewConversation(c.Tokenizer, c.Template, user, chat.ConversationOptions{
-		System: system, Tools: ct, Kwargs: c.Kwargs, Policy: c.Policy, Format: c.Format,
-	})
+	return ct
+}
+
+// toolsDigest is the sha256 of the tool definitions the template rendered
+// into the prompt ("" when none were), so a reader can tell which tool set,
+// task-scoped tools included, reached the model.
+func toolsDigest(tools []chat.Tool) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // stopIDs end a turn: every end-of-turn id of the tokenizer.
@@ -139,6 +164,13 @@ type Trajectory struct {
 	Divergences int
 	Outcome     Outcome
 	Err         error
+	// ToolsOffered names the tools the session offered; ToolsRendered says
+	// whether the prompt showed them, ToolsSHA256 which definitions it showed.
+	ToolsOffered  []string
+	ToolsRendered bool
+	ToolsSHA256   string
+	// PromptText is the rendered prompt (with Options.LogPrompts).
+	PromptText string
 	// Retries counts the attempts rerun because the session died with its
 	// server (the trajectory is the last attempt's).
 	Retries  int

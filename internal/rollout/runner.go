@@ -47,6 +47,8 @@ type Options struct {
 	MaxRetries     int
 	RetryBackoff   time.Duration
 	EnvDownTimeout time.Duration
+	// LogPrompts keeps each rollout's rendered prompt in its trajectory.
+	LogPrompts bool
 	Seed           int64
 	Logger         zerolog.Logger
 }
@@ -264,6 +266,13 @@ func (e *episode) run(ctx context.Context) error {
 	if ec := e.envChat(); ec != nil {
 		system, chatSpec.HideTools, chatSpec.Kwargs = ec.SystemPrompt, ec.HideTools, ec.Kwargs
 	}
+	for _, t := range tools {
+		tr.ToolsOffered = append(tr.ToolsOffered, t.Name)
+	}
+	tr.ToolsRendered = !chatSpec.HideTools && len(tools) > 0
+	if tr.ToolsRendered {
+		tr.ToolsSHA256 = toolsDigest(chatTools(tools))
+	}
 	conv, err := chatSpec.newConversation(system, prompt, tools)
 	if err != nil {
 		tr.Outcome = OutcomeEnvError
@@ -271,6 +280,9 @@ func (e *episode) run(ctx context.Context) error {
 	}
 	e.conv = conv
 	promptLen := len(conv.PromptIDs())
+	if r.opts.LogPrompts {
+		tr.PromptText = r.chat.Tokenizer.Decode(conv.PromptIDs(), false)
+	}
 	defer e.snapshot(promptLen)
 	for iter := 0; ; iter++ {
 		ids := conv.IDs()

@@ -365,6 +365,7 @@ func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
 		RetryBackoff:        cfg.Rollout.RetryBackoff,
 		EnvDownTimeout:      cfg.Rollout.EnvDownTimeout,
 		EnvChat:             envChats(cfg),
+		LogPrompts:          cfg.Logging.LogPrompts,
 		Seed:                cfg.Seed,
 		Logger:              log.With().Str("component", "rollout").Logger(),
 	}

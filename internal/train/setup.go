@@ -133,6 +133,15 @@ func LoadChat(dir string, cc config.ChatConfig) (rollout.ChatSpec, error) {
 			return spec, &config.FieldError{Field: "chat.tool_call_format", Value: cc.ToolCallFormat, Allowed: err.Error()}
 		}
 		spec.Format = &f
+		return spec, nil
 	}
+	// A template whose tool-call format is unknown would leave every call
+	// the model writes in its content, silently: refuse at startup.
+	f, err := chat.DetectToolCallFormat(tmpl.Source())
+	if err != nil {
+		return spec, &config.FieldError{Field: "chat.tool_call_format", Value: cc.ToolCallFormat,
+			Allowed: fmt.Sprintf("a format set explicitly: the chat template of %s matches none (%v)", dir, err)}
+	}
+	spec.Format = &f
 	return spec, nil
 }
