@@ -49,8 +49,8 @@ type Options struct {
 	EnvDownTimeout time.Duration
 	// LogPrompts keeps each rollout's rendered prompt in its trajectory.
 	LogPrompts bool
-	Seed           int64
-	Logger         zerolog.Logger
+	Seed       int64
+	Logger     zerolog.Logger
 }
 
 // Runner runs rollouts against a set of environments.
