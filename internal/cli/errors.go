@@ -9,6 +9,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -67,10 +68,14 @@ func isUsage(err error) bool {
 	var unknown *config.UnknownKeysError
 	var changed *config.ResumeChangedError
 	var auth *ors.AuthError
+	var rexpr *reward.ExpressionError
+	var rfield *reward.FieldError
 	switch {
 	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target):
 		return true
 	case errors.As(err, &typ), errors.As(err, &unknown), errors.As(err, &changed):
+		return true
+	case errors.As(err, &rexpr), errors.As(err, &rfield):
 		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
 		return true

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"github.com/ortrain/ortrain/internal/reward"
 	"maps"
 	"slices"
 	"time"
@@ -25,7 +26,10 @@ type Config struct {
 	// Seed drives task shuffling, sampling and initialisation.
 	Seed int64 `mapstructure:"seed"`
 
-	Envs    []EnvConfig   `mapstructure:"envs"`
+	Envs []EnvConfig `mapstructure:"envs"`
+	// Rewards are weighted reward functions (TRL's reward_funcs and
+	// reward_weights); empty means the env's own rewards alone.
+	Rewards []reward.Spec `mapstructure:"rewards"`
 	Chat    ChatConfig    `mapstructure:"chat"`
 	GRPO    GRPOConfig    `mapstructure:"grpo"`
 	Rollout RolloutConfig `mapstructure:"rollout"`

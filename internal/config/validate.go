@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/ortrain/ortrain/internal/reward"
 	"math"
 	"regexp"
 	"slices"
@@ -60,7 +61,8 @@ func SaveableModules() []string {
 
 // Validate checks every field and the relations between them.
 func (c *Config) Validate() error {
-	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime}
+	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime,
+		func() error { return reward.ValidateSpecs(c.Rewards) }}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err

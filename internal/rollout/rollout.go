@@ -101,13 +101,16 @@ const (
 	OutcomeTimeout     Outcome = "timeout"
 	OutcomeGenError    Outcome = "generation_error"
 	OutcomeCanceled    Outcome = "canceled"
+	// OutcomeRewardError: a reward function failed for the rollout (an
+	// http scorer down, an expression that failed); never scored as 0.
+	OutcomeRewardError Outcome = "reward_error"
 )
 
 // Failed reports whether the outcome is an infrastructure failure: such
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
 	switch o {
-	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled:
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError:
 		return true
 	}
 	return false
@@ -122,6 +125,8 @@ type Turn struct {
 	Reward    *float64   `json:"reward,omitempty"`
 	Finished  bool       `json:"finished,omitempty"`
 	Error     string     `json:"error,omitempty"`
+	// FormatError: an assistant turn wrote a tool call that did not parse.
+	FormatError bool `json:"format_error,omitempty"`
 }
 
 // TurnCall is a tool call as written to trajectories.jsonl.
@@ -171,6 +176,8 @@ type Trajectory struct {
 	ToolsSHA256   string
 	// PromptText is the rendered prompt (with Options.LogPrompts).
 	PromptText string
+	// Metadata is the last metadata the env returned with a tool output.
+	Metadata json.RawMessage
 	// Retries counts the attempts rerun because the session died with its
 	// server (the trajectory is the last attempt's).
 	Retries  int

@@ -311,6 +311,7 @@ func (e *episode) run(ctx context.Context) error {
 		}
 		if perr != nil {
 			tr.FormatErrors++
+			tr.Turns[len(tr.Turns)-1].FormatError = true
 		}
 		actor, textAction := e.sess.(envtarget.TextActor)
 		if len(msg.ToolCalls) == 0 && perr == nil && !textAction {
@@ -489,6 +490,9 @@ func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, er
 	}
 	tr.Rewards = append(tr.Rewards, out.Reward)
 	tr.Turns = append(tr.Turns, Turn{Role: "tool", Tool: c.Name, Text: text, Reward: out.Reward, Finished: out.Finished})
+	if len(out.Metadata) > 0 && string(out.Metadata) != "null" {
+		tr.Metadata = out.Metadata
+	}
 	if out.Finished {
 		e.done = true
 	}

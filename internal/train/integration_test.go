@@ -97,7 +97,7 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	for i, m := range metrics {
 		assert.Equal(t, float64(i+1), m["step"])
 		for _, k := range []string{"reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm", "entropy",
-			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "rewards/letters/mean"} {
+			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "env/letters/reward_mean", "rewards/env/mean"} {
 			assert.Contains(t, m, k, "step %d", i+1)
 		}
 	}

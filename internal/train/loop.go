@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -57,6 +58,8 @@ type stepLoopConfig struct {
 	// Deadlines of the worker's phases: one micro-batch's forward and
 	// backward, one log-prob pass, one optimizer step (0: none).
 	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
+	// Rewards scores every rollout (the env's rewards alone by default).
+	Rewards *reward.Set
 	// MaxFailedToolSteps stops the run after this many consecutive steps in
 	// which every tool call failed (0: never).
 	MaxFailedToolSteps int
@@ -112,6 +115,10 @@ type stepLoop struct {
 
 // NewLoop wires the loop.
 func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p trainPolicy, g weightSyncer, log zerolog.Logger) *stepLoop {
+	if cfg.Rewards == nil {
+		// The env's rewards alone: the default list always compiles.
+		cfg.Rewards, _ = reward.Compile(nil, reward.Options{Aggregation: cfg.Aggregation})
+	}
 	return &stepLoop{
 		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
 	}
@@ -311,7 +318,14 @@ func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	samples, failures := l.toSamples(trajs, m)
+	scores, err := scoreRollouts(ctx, l.cfg.Rewards, trajs, l.cfg.EnvNames)
+	if err != nil {
+		return err
+	}
+	for k, v := range l.cfg.Rewards.Metrics(scores) {
+		m.Extra[k] = v
+	}
+	samples, failures := l.toSamples(trajs, scores, m)
 	if err := l.checkToolFailures(trajs); err != nil {
 		return err
 	}
@@ -398,7 +412,7 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 
 // toSamples turns trajectories into grpo samples: rewards aggregated per
 // rollout, failed rollouts unscorable (NaN).
-func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grpo.Sample, int) {
+func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores, m *StepMetrics) ([]grpo.Sample, int) {
 	samples := make([]grpo.Sample, len(trajs))
 	failures := 0
 	m.Outcomes = map[string]int{}
@@ -411,7 +425,7 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grp
 			ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
 			Truncated: t.Outcome == rollout.OutcomeTruncated,
 			Env:       l.cfg.EnvNames[t.Task.Env],
-			Reward:    l.cfg.Aggregation.Aggregate(t.Rewards),
+			Reward:    scores[i].Total,
 		}
 		if t.Outcome.Failed() || len(t.Tokens) == 0 {
 			failures++

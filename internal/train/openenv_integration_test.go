@@ -71,9 +71,9 @@ func TestMixedProtocolsLogPerEnvRewards(t *testing.T) {
 			keys[k] = true
 		}
 	}
-	assert.True(t, keys["rewards/letters-train/mean"] || keys["rewards/letters-validation/mean"] || keys["rewards/letters-openenv/mean"], "per-env rewards: %v", keys)
+	assert.True(t, keys["env/letters-train/reward_mean"] || keys["env/letters-validation/reward_mean"] || keys["env/letters-openenv/reward_mean"], "per-env rewards: %v", keys)
 	for k := range keys {
-		assert.NotEqual(t, "rewards/letters/mean", k, "two letters entries are not blurred into one key")
+		assert.NotEqual(t, "env/letters/reward_mean", k, "two letters entries are not blurred into one key")
 	}
 	var man manifest
 	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &man))

@@ -195,6 +195,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	loopCfg.Rewards = st.rewards
 	loop := newStepLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
 	if plan.resumeDir == "" {
 		return loop, nil
@@ -606,6 +607,11 @@ func Check(ctx context.Context, cfg *config.Config, ro RunOptions, report func(p
 		return err
 	}
 	report("output", cfg.OutputDir)
+	set, err := compileRewards(cfg)
+	if err != nil {
+		return err
+	}
+	report("rewards", strings.Join(set.Names(), ", "))
 	probe := *cfg
 	if _, err := os.Stat(cfg.Model); cfg.InitModelPreset != "" && errors.Is(err, os.ErrNotExist) {
 		tmp, err := os.MkdirTemp("", "ortrain-dry-run-")

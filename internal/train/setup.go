@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -28,6 +29,7 @@ type stack struct {
 	policy   *workerPolicy
 	gen      engine.Generator
 	runner   *rollout.Runner
+	rewards  *reward.Set
 }
 
 // stackOptions say what differs between a run and an eval.
@@ -49,6 +51,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 			st.close()
 		}
 	}()
+	if st.rewards, err = compileRewards(cfg); err != nil {
+		return nil, err
+	}
 	if st.modelDir, err = PrepareModel(cfg, so.getenv, so.logger); err != nil {
 		return nil, err
 	}
