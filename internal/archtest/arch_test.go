@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
 		"internal/train", "internal/vllm", "internal/worker"},
-	"internal/config": {"internal/grpo"},
+	"internal/config": {"internal/grpo", "internal/reward"},
 	"internal/engine": {"internal/backoff", "internal/vllm", "internal/worker"},
 	// serve-engine: the vLLM HTTP subset over the builtin backend; only cli imports it.
 	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/model", "internal/vllm", "internal/worker"},
@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	"internal/rollout":  {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
-		"internal/model", "internal/rollout", "internal/vllm", "internal/worker"},
+		"internal/model", "internal/reward", "internal/rollout", "internal/vllm", "internal/worker"},
 	"internal/vllm":               {"internal/backoff"},
 	"internal/worker":             {"internal/grpo", "internal/model"},
 	"internal/worker/benchworker": {"internal/grpo", "internal/worker"},
