@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	"internal/rollout":  {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
-		"internal/model", "internal/reward", "internal/rollout", "internal/vllm", "internal/worker"},
+		"internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/vllm":               {"internal/backoff"},
 	"internal/worker":             {"internal/grpo", "internal/model"},
 	"internal/worker/benchworker": {"internal/grpo", "internal/worker"},

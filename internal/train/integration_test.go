@@ -15,6 +15,7 @@ import (
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -77,6 +78,7 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	cfg := quickstart(t, out, 4)
 	cfg.GRPO.SaveSteps = 2
+	cfg.Logging.TensorBoard = true
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 
 	res, err := Run(context.Background(), cfg, RunOptions{Logger: log, Getenv: func(string) string { return "" }, Version: "test"})
@@ -102,6 +104,25 @@ func TestQuickstartRunAndResume(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 4*32, countLines(t, filepath.Join(out, "trajectories.jsonl")))
+	// logging.tensorboard: every metric as a scalar, under Trainer's tags.
+	files, err := filepath.Glob(filepath.Join(out, "tb", "events.out.tfevents.*"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	events, err := tfevents.ReadFile(files[0])
+	require.NoError(t, err)
+	tb := map[int64]map[string]float64{}
+	for _, e := range events {
+		for _, sc := range e.Scalars {
+			if tb[e.Step] == nil {
+				tb[e.Step] = map[string]float64{}
+			}
+			tb[e.Step][sc.Tag] = float64(sc.Value)
+		}
+	}
+	for i, m := range metrics {
+		assert.InDelta(t, m["reward"], tb[int64(i+1)]["train/reward"], 1e-6, "step %d", i+1)
+		assert.InDelta(t, m["loss"], tb[int64(i+1)]["train/loss"], 1e-6, "step %d", i+1)
+	}
 	var man manifest
 	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &man))
 	assert.Len(t, man.ModelHash, 64)

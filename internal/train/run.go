@@ -19,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -491,6 +492,8 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 // runDir holds the run directory's open files.
 type runDir struct {
 	metrics, trajectories *jsonlWriter
+	// tb writes every metric as TensorBoard scalars (logging.tensorboard).
+	tb *tfevents.Writer
 }
 
 func (r *runDir) close() {
@@ -498,6 +501,23 @@ func (r *runDir) close() {
 	if r.trajectories != nil {
 		r.trajectories.Close()
 	}
+	if r.tb != nil {
+		r.tb.Close()
+	}
+}
+
+// writeMetrics appends one step to metrics.jsonl and, with TensorBoard on,
+// to RUN_DIR/tb under Hugging Face Trainer's tag names (train/reward, …).
+func (r *runDir) writeMetrics(step int, m map[string]float64) error {
+	err := r.metrics.Write(m)
+	if r.tb != nil {
+		if terr := r.tb.AddScalars(step, time.Now(), tfevents.TrainerTags(m)); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		} else if terr := r.tb.Flush(); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		}
+	}
+	return err
 }
 
 // openRunDir writes config.yaml and manifest.json and opens the JSONL logs
@@ -540,9 +560,16 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOp
 	if rd.metrics, err = openJSONL(metrics); err != nil {
 		return nil, err
 	}
+	if cfg.Logging.TensorBoard {
+		// A resumed run adds a new event file; TensorBoard reads them all.
+		if rd.tb, err = tfevents.Create(filepath.Join(cfg.OutputDir, "tb")); err != nil {
+			rd.metrics.Close()
+			return nil, err
+		}
+	}
 	if cfg.Logging.LogCompletions {
 		if rd.trajectories, err = openJSONL(trajectories); err != nil {
-			rd.metrics.Close()
+			rd.close()
 			return nil, err
 		}
 	}
@@ -557,7 +584,7 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 			res.First = m
 		}
 		res.Last = m
-		if err := rd.metrics.Write(m.Map()); err != nil {
+		if err := rd.writeMetrics(m.Step, m.Map()); err != nil {
 			ro.Logger.Error().Err(err).Msg("write metrics.jsonl")
 		}
 		if ro.OnMetrics != nil {
