@@ -119,9 +119,12 @@ func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p tr
 		// The env's rewards alone: the default list always compiles.
 		cfg.Rewards, _ = reward.Compile(nil, reward.Options{Aggregation: cfg.Aggregation})
 	}
-	return &stepLoop{
+	l := &stepLoop{
 		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
 	}
+	// Step 0 is a boundary too: a failed first step rolls back to it.
+	l.done = snapshot{state: State{Sampler: sampler.State()}}
+	return l
 }
 
 // Step returns the number of optimizer steps taken.
