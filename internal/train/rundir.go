@@ -12,6 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/tfevents"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // A run directory holds everything a run leaves behind:
@@ -238,4 +244,133 @@ func ReadJSON(path string, v any) error {
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	return nil
+}
+
+// ErrRunDirInUse: output_dir holds an earlier run and neither --resume nor
+// --overwrite was given.
+var ErrRunDirInUse = errors.New("output_dir holds an earlier run")
+
+// runFiles are what a run writes; an earlier run is detected by them.
+var runFiles = []string{"metrics.jsonl", "trajectories.jsonl", "checkpoints", "manifest.json", "config.yaml"}
+
+// earlierRun lists the files of an earlier run in dir.
+func earlierRun(dir string) []string {
+	var found []string
+	for _, f := range runFiles {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			found = append(found, f)
+		}
+	}
+	return found
+}
+
+// checkFreshRunDir refuses to mix a new run into an earlier one's files
+// (it deletes nothing: see clearEarlierRun).
+func checkFreshRunDir(dir string, ro RunOptions) error {
+	if ro.Resume || ro.Overwrite {
+		return nil
+	}
+	if found := earlierRun(dir); len(found) > 0 {
+		return fmt.Errorf("%w: %s has %v; pass --resume to continue it, --overwrite to start over, or another --output-dir", ErrRunDirInUse, dir, found)
+	}
+	return nil
+}
+
+// clearEarlierRun deletes an earlier run's files for --overwrite. It runs
+// only once the new run has passed its startup checks and is about to
+// write, so a run that cannot start leaves the earlier one intact.
+func clearEarlierRun(dir string) error {
+	for _, f := range earlierRun(dir) {
+		if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
+			return fmt.Errorf("--overwrite: %w", err)
+		}
+	}
+	return nil
+}
+
+// runDir holds the run directory's open files.
+type runDir struct {
+	metrics, trajectories *jsonlWriter
+	// tb writes every metric as TensorBoard scalars (logging.tensorboard).
+	tb *tfevents.Writer
+}
+
+func (r *runDir) close() {
+	r.metrics.Close()
+	if r.trajectories != nil {
+		r.trajectories.Close()
+	}
+	if r.tb != nil {
+		r.tb.Close()
+	}
+}
+
+// writeMetrics appends one step to metrics.jsonl and, with TensorBoard on,
+// to RUN_DIR/tb under Hugging Face Trainer's tag names (train/reward, …).
+func (r *runDir) writeMetrics(step int, m map[string]float64) error {
+	err := r.metrics.Write(m)
+	if r.tb != nil {
+		if terr := r.tb.AddScalars(step, time.Now(), tfevents.TrainerTags(m)); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		} else if terr := r.tb.Flush(); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		}
+	}
+	return err
+}
+
+// openRunDir writes config.yaml and manifest.json and opens the JSONL logs
+// (appending, so a resumed run continues them).
+// On resume both logs are first cut back to the checkpoint's step, so a
+// reader sees every step once (a killed run may have logged steps past it).
+func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOptions, lib *worker.Library, step int) (*runDir, error) {
+	y, err := cfg.YAML()
+	if err != nil {
+		return nil, fmt.Errorf("render config: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.OutputDir, "config.yaml"), y); err != nil {
+		return nil, err
+	}
+	hash, err := model.Hash(modelDir)
+	if err != nil {
+		return nil, fmt.Errorf("hash model %s: %w", modelDir, err)
+	}
+	info := lib.Info()
+	man := manifest{
+		OrtrainVersion: ro.Version, LibtorchVersion: info.LibtorchVersion, WorkerVersion: fmt.Sprint(info.ABIVersion),
+		Model: modelDir, ModelHash: hash, Seed: cfg.Seed, StartedAt: time.Now().UTC().Format(time.RFC3339),
+	}
+	for _, e := range envList {
+		man.Envs = append(man.Envs, manifestEnv{Key: e.Key, Target: e.Config.Target, Name: e.Name, Protocol: string(e.Conn.Protocol()),
+			Split: e.Config.Split, Indices: e.Indices, Secrets: e.Config.SecretNames()})
+	}
+	if err := writeJSONAtomic(filepath.Join(cfg.OutputDir, "manifest.json"), man); err != nil {
+		return nil, err
+	}
+	rd := &runDir{}
+	metrics, trajectories := filepath.Join(cfg.OutputDir, "metrics.jsonl"), filepath.Join(cfg.OutputDir, "trajectories.jsonl")
+	if ro.Resume {
+		for _, path := range []string{metrics, trajectories} {
+			if err := truncateJSONL(path, step); err != nil {
+				return nil, fmt.Errorf("--resume: %w", err)
+			}
+		}
+	}
+	if rd.metrics, err = openJSONL(metrics); err != nil {
+		return nil, err
+	}
+	if cfg.Logging.TensorBoard {
+		// A resumed run adds a new event file; TensorBoard reads them all.
+		if rd.tb, err = tfevents.Create(filepath.Join(cfg.OutputDir, "tb")); err != nil {
+			rd.metrics.Close()
+			return nil, err
+		}
+	}
+	if cfg.Logging.LogCompletions {
+		if rd.trajectories, err = openJSONL(trajectories); err != nil {
+			rd.close()
+			return nil, err
+		}
+	}
+	return rd, nil
 }

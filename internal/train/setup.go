@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -12,6 +14,7 @@ import (
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
@@ -149,4 +152,138 @@ func LoadChat(dir string, cc config.ChatConfig) (rollout.ChatSpec, error) {
 	}
 	spec.Format = &f
 	return spec, nil
+}
+
+// newRunner builds the rollout runner over the connected envs.
+func newRunner(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (*rollout.Runner, error) {
+	openers := make([]rollout.Opener, len(envList))
+	for i, e := range envList {
+		openers[i] = e.Conn
+	}
+	return rollout.NewRunner(openers, gen, chatSpec, rolloutOptions(cfg, log))
+}
+
+func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
+	g := cfg.GRPO
+	return rollout.Options{
+		SystemPrompt:        cfg.Chat.SystemPrompt,
+		Sampling:            engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP},
+		MaxCompletionTokens: g.MaxCompletionLength,
+		MaxToolIterations:   g.MaxToolCallingIterations,
+		FinalAnswerTool:     cfg.Chat.FinalAnswerTool,
+		MaxConcurrency:      cfg.Rollout.MaxConcurrency,
+		EpisodeTimeout:      cfg.Rollout.EpisodeTimeout,
+		CallTimeout:         cfg.Rollout.CallTimeout,
+		MaxRetries:          cfg.Rollout.MaxRetries,
+		RetryBackoff:        cfg.Rollout.RetryBackoff,
+		EnvDownTimeout:      cfg.Rollout.EnvDownTimeout,
+		EnvChat:             envChats(cfg),
+		LogPrompts:          cfg.Logging.LogPrompts,
+		Seed:                cfg.Seed,
+		Logger:              log.With().Str("component", "rollout").Logger(),
+	}
+}
+
+// envChats are the env entries' own chat settings (nil where an entry
+// overrides nothing).
+func envChats(cfg *config.Config) []*rollout.EnvChat {
+	out := make([]*rollout.EnvChat, len(cfg.Envs))
+	for i, e := range cfg.Envs {
+		c := e.Chat
+		if c.SystemPrompt == nil && c.FinalAnswerTool == nil && c.RenderTools == nil && c.TemplateKwargs == nil {
+			continue
+		}
+		ec := cfg.EnvChat(i)
+		out[i] = &rollout.EnvChat{SystemPrompt: ec.SystemPrompt, FinalAnswerTool: ec.FinalAnswerTool, HideTools: !ec.RenderTools, Kwargs: ec.TemplateKwargs}
+	}
+	return out
+}
+
+// loopConfig derives the step budget and LR schedule.
+func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*runEnv, s *taskSampler) (stepLoopConfig, error) {
+	g := cfg.GRPO
+	scale, err := grpo.ParseScaleRewards(g.ScaleRewards)
+	if err != nil {
+		return stepLoopConfig{}, err
+	}
+	agg, err := grpo.ParseRewardAggregation(g.RewardAggregation)
+	if err != nil {
+		return stepLoopConfig{}, err
+	}
+	maxSteps := g.MaxSteps
+	if maxSteps == 0 {
+		rounds := float64(s.RoundsPerEpoch()) * g.NumTrainEpochs
+		maxSteps = int(math.Floor(rounds * float64(shape.S*shape.Iterations) / float64(shape.GA)))
+		if maxSteps < 1 {
+			return stepLoopConfig{}, &config.FieldError{Field: "grpo.num_train_epochs", Value: g.NumTrainEpochs,
+				Allowed: fmt.Sprintf("enough epochs for one optimizer step (the envs have %d tasks, a round takes %d), or set max_steps", s.RoundsPerEpoch()*shape.PromptsPerRound(), shape.PromptsPerRound())}
+		}
+	}
+	warmup := g.WarmupSteps
+	if g.WarmupRatio > 0 {
+		warmup = int(math.Ceil(g.WarmupRatio * float64(maxSteps)))
+	}
+	sched := worker.LRSchedule{Kind: g.LRSchedulerType, Peak: g.LearningRate, WarmupSteps: warmup, TotalSteps: maxSteps}
+	if err := sched.Validate(); err != nil {
+		return stepLoopConfig{}, err
+	}
+	lc := stepLoopConfig{
+		Shape: roundShape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
+		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
+		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
+		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed,
+		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,
+		MaxFailedToolSteps: cfg.Rollout.MaxFailedToolSteps,
+		// Sampler log-probs from another engine reweight the loss (TIS/MIS).
+		UseSamplerLogps: cfg.Engine.Kind == "vllm" && g.VLLMISCorrection,
+	}
+	for _, e := range envList {
+		lc.EnvNames = append(lc.EnvNames, e.Key)
+		lc.Splits = append(lc.Splits, e.Config.Split)
+		lc.Secrets = append(lc.Secrets, e.Config.Secrets)
+	}
+	return lc, nil
+}
+
+// loadPolicy opens the worker library and loads the model (from the
+// checkpoint when resuming) with the optimizer settings of cfg.
+func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir string, reference bool, getenv func(string) string, log zerolog.Logger) (*worker.Library, *workerPolicy, error) {
+	path, _, err := worker.FindLibrary(cfg.Worker.Library, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	lib, err := worker.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	g := cfg.GRPO
+	opts := worker.ModelOptions{
+		Dir: modelDir, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
+		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
+		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
+	}
+	if opts.Threads == 0 {
+		opts.Threads = runtime.NumCPU()
+	}
+	if g.LoRA.Enabled {
+		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules}
+	}
+	if resumeDir != "" {
+		opts.Dir = checkpointModelDir(resumeDir, modelDir, g.LoRA.Enabled)
+	}
+	log.Info().Str("library", path).Str("model", opts.Dir).Str("device", opts.Device).Str("dtype", opts.DType).Int("threads", opts.Threads).Msg("loading policy")
+	m, err := lib.LoadModel(ctx, opts)
+	if err != nil {
+		lib.Close()
+		return nil, nil, err
+	}
+	p := &workerPolicy{m: m, lora: g.LoRA.Enabled}
+	if resumeDir != "" {
+		if err := p.restore(ctx, resumeDir); err != nil {
+			m.Close()
+			lib.Close()
+			return nil, nil, fmt.Errorf("--resume from %s: %w", resumeDir, err)
+		}
+	}
+	return lib, p, nil
 }

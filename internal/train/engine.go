@@ -1,0 +1,67 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/vllm"
+	"github.com/rs/zerolog"
+)
+
+// startEngine builds the generation backend: the builtin worker (batched),
+// or vLLM replicas launched on engine.vllm_gpus (or reached at
+// engine.vllm_urls) that receive the policy's weights after every step.
+func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
+	log := ro.Logger.With().Str("component", "engine").Logger()
+	if cfg.Engine.Kind != "vllm" {
+		return newBuiltinEngine(cfg, policy, log), nil
+	}
+	export := policy.m.SaveHF
+	if cfg.GRPO.LoRA.Enabled {
+		export = policy.m.SavePEFT
+	}
+	v, err := engine.NewVLLM(ctx, vllmOptions(cfg, modelDir, export, ro, log))
+	if err != nil {
+		return nil, fmt.Errorf("start vLLM engine: %w", err)
+	}
+	return v, nil
+}
+
+// vllmOptions is the vLLM setup of engine.kind vllm: replicas of modelDir
+// (or the servers at engine.vllm_urls) that get the trainer's weights
+// through export, full weights or, with grpo.lora, adapters. Replica logs
+// and (unless engine.vllm_sync_dir) the synced weights live in output_dir.
+func vllmOptions(cfg *config.Config, modelDir string, export engine.WeightExporter, ro RunOptions, log zerolog.Logger) engine.VLLMOptions {
+	e := cfg.Engine
+	opts := engine.VLLMOptions{
+		URLs: e.VLLMURLs,
+		Launch: vllm.LaunchConfig{Command: e.VLLMCommand, Self: ro.Executable, Model: modelDir, TensorParallelSize: e.VLLMTensorParSize,
+			GPUMemoryUtilization: e.VLLMGPUMemoryUtilization, MaxModelLen: e.VLLMMaxModelLen, ExtraArgs: e.VLLMExtraArgs, Environ: ro.Environ},
+		GPUs: vllm.GPUPlan{GPUs: e.VLLMGPUs, Replicas: e.VLLMReplicas, TensorParallelSize: e.VLLMTensorParSize,
+			TrainerGPUs: cfg.Worker.GPUs, Colocate: e.VLLMColocate},
+		BasePort: e.VLLMPort, LogDir: filepath.Join(cfg.OutputDir, "vllm-logs"), StartupTimeout: e.VLLMStartupTimeout,
+		MaxRestarts: e.VLLMMaxRestarts,
+		SyncMode:    engine.SyncFull, SyncDir: e.VLLMSyncDir, Export: export, SyncTimeout: e.VLLMSyncTimeout,
+		Timeout: e.GenerateTimeout, Logger: log,
+	}
+	if opts.SyncDir == "" {
+		opts.SyncDir = filepath.Join(cfg.OutputDir, "weight-sync")
+	}
+	if cfg.GRPO.LoRA.Enabled {
+		opts.SyncMode = engine.SyncLoRA
+		// MaxLoras 2: the adapter in use and the one being loaded.
+		opts.Launch.LoRA = &vllm.LoRALaunch{MaxRank: vllm.LoRARank(cfg.GRPO.LoRA.Rank), MaxLoras: 2}
+	}
+	return opts
+}
+
+// newBuiltinEngine batches concurrent rollouts' requests into the worker.
+func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logger) *engine.Builtin {
+	return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
+	})
+}
