@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ortrain/ortrain/internal/config"
 	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/config"
 )
 
 // Check loads what a run would load — the model, its tokenizer and chat

@@ -6,10 +6,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/vllm"
-	"github.com/rs/zerolog"
 )
 
 // startEngine builds the generation backend: the builtin worker (batched),
