@@ -40,6 +40,11 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	if opts.Protocol == "" || opts.Protocol == "auto" {
 		proto = native
 	}
+	if native == envs.ProtocolORS && proto == envs.ProtocolOpenEnv {
+		if opts.OpenEnv, err = orsTasksOverOpenEnv(ctx, name, opts.OpenEnv); err != nil {
+			return nil, err
+		}
+	}
 	log := opts.Logger.With().Str("env", name).Logger()
 	// The server outlives ctx (it bounds only resolution): Close stops it.
 	srv, err := envs.ServeLocalProtocol(context.WithoutCancel(ctx), name, proto, envs.ServeOptions{
@@ -69,6 +74,33 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	oe := e.(*orsEnv)
 	oe.server, oe.stopServer = srv.ORS, srv.Stop
 	return oe, nil
+}
+
+// orsTasksOverOpenEnv gives a built-in ORS env served over OpenEnv its own
+// task list (OpenEnv has none): one task per ORS task, reset with its split
+// and index, prompted by the reset observation's prompt field — so
+// {target: builtin:letters, protocol: openenv} trains like the ORS target.
+func orsTasksOverOpenEnv(ctx context.Context, name string, o OpenEnvOptions) (OpenEnvOptions, error) {
+	if o.ObservationField == "" {
+		o.ObservationField = "prompt"
+	}
+	if o.Tasks != nil {
+		return o, nil
+	}
+	decl, err := envs.New(name)
+	if err != nil {
+		return o, err
+	}
+	for _, sp := range decl.Splits {
+		specs, err := decl.ListTasks(ctx, sp.Name)
+		if err != nil {
+			return o, fmt.Errorf("list tasks of %s split %q: %w", name, sp.Name, err)
+		}
+		for i := range specs {
+			o.Tasks = append(o.Tasks, OpenEnvTask{Split: sp.Name, Reset: map[string]any{"split": sp.Name, "index": i}})
+		}
+	}
+	return o, nil
 }
 
 // closeTimeout bounds closing a probe session and stopping a server, also

@@ -13,11 +13,9 @@ import (
 )
 
 // lettersOverOpenEnv is the quickstart's env served over OpenEnv as an MCP
-// env: episodes reset with seed i (task i), prompted by the reset
-// observation's prompt field.
+// env, as the issue writes it: {target: builtin:letters, protocol: openenv}.
 func lettersOverOpenEnv(name string) config.EnvConfig {
-	return config.EnvConfig{Target: "builtin:letters", Split: "train", Weight: 1, Name: name, Protocol: "openenv", NumTasks: 64,
-		OpenEnv: config.OpenEnvConfig{ObservationField: "prompt"}}
+	return config.EnvConfig{Target: "builtin:letters", Split: "train", Weight: 1, Name: name, Protocol: "openenv"}
 }
 
 // Issue 10: the quickstart learns over OpenEnv as it does over ORS.
