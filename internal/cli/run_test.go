@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,4 +171,31 @@ func lines(path string) int {
 		}
 	}
 	return n
+}
+
+// Issue 16: a reward expression that does not compile, uses an unknown
+// variable or returns the wrong type is refused before anything runs, with
+// its position; --dry-run compiles every expression.
+func TestRewardExpressionsAreCheckedAtStartup(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`completion_tokens <`, "1:20"},
+		{`1.0 + lenght`, "undeclared reference to 'lenght'"},
+		{`text`, "1:1"},
+	} {
+		t.Run(tc.expr, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "r.yaml")
+			cfg := string(configs.Quickstart()) + fmt.Sprintf("\noutput_dir: %s\nrewards:\n  - {name: env, kind: env}\n  - {name: bonus, kind: expression, expression: %q}\n",
+				filepath.Join(dir, "out"), tc.expr)
+			require.NoError(t, os.WriteFile(p, []byte(strings.Replace(cfg, "output_dir: runs/quickstart", "", 1)), 0o644))
+			for _, args := range [][]string{{"run", "--config", p, "--dry-run"}, {"run", "--config", p}} {
+				code, _, errOut := execCLI(t, nil, args...)
+				assert.Equal(t, ExitUsage, code, "%v: %s", args, errOut)
+				assert.Contains(t, errOut, `reward "bonus"`)
+				assert.Contains(t, errOut, tc.want)
+				assert.Contains(t, errOut, "available variables")
+			}
+			assert.NoDirExists(t, filepath.Join(dir, "out"), "nothing was created")
+		})
+	}
 }

@@ -139,6 +139,10 @@ func planRunChecks(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if p.loss, err = cfg.GRPO.LossConfig(); err != nil {
 		return p, err
 	}
+	// Reward expressions are type-checked before anything is created.
+	if _, err := compileRewards(cfg); err != nil {
+		return p, err
+	}
 	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
 		return p, err
 	}
