@@ -68,7 +68,7 @@ func TestListTasksOutputs(t *testing.T) {
 {"tool":{"name":"hint","description":"Get a hint about how to win.","input_schema":{"properties":{},"title":"HintParams","type":"object"}},"scope":"task"}
 `},
 		{"json", []string{"--env", "builtin:echo", "--num-tasks", "1", "--format", "json"},
-			`{"env":"builtin:echo","split":"train","tasks":[{"index":0,"task":{"id":"echo-0","target":"hello"}}]}` + "\n"},
+			`{"env":"builtin:echo","protocol":"ors","split":"train","tasks":[{"index":0,"task":{"id":"echo-0","target":"hello"}}]}` + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

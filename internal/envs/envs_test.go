@@ -42,7 +42,7 @@ func TestRegistry(t *testing.T) {
 	_, err = envs.New("nope")
 	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, guess, letters, mcp-echo)`)
 	_, err = envs.New("guess")
-	require.EqualError(t, err, `built-in environment "guess" speaks OpenEnv only; serve it with protocol openenv`)
+	require.EqualError(t, err, `built-in environment "guess" speaks OpenEnv only; it cannot be served over ors (use protocol openenv)`)
 	_, err = envs.ProtocolOf("nope")
 	require.Error(t, err)
 }
