@@ -157,3 +157,17 @@ func lines(path string) int {
 	}
 	return n
 }
+
+func TestEvalHelpListsOnlyEvalFlags(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "eval", "--help")
+	require.Equal(t, ExitOK, code, errOut)
+	for _, f := range []string{"--eval-dir", "--num-generations", "--pass-threshold", "--model", "--split", "--num-tasks", "--temperature"} {
+		assert.Contains(t, out, f)
+	}
+	for _, f := range []string{"--max-steps", "--learning-rate", "--per-device-train-batch-size", "--loss-type", "--engine", "--resume", "--overwrite"} {
+		assert.NotContains(t, out, f)
+	}
+	code, _, errOut = execCLI(t, nil, "eval", "--learning-rate", "0.1")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, errOut, "unknown flag: --learning-rate")
+}
