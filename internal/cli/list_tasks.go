@@ -145,9 +145,19 @@ func targetError(err error) error {
 	case errors.As(err, &ie):
 		return usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", ie.Index, ie.Split, ie.N, ie.N-1)
 	case errors.As(err, &ue):
-		return fmt.Errorf("%w\nhint: start a server with 'ortrain env serve echo --port PORT', or use --env builtin:echo", err)
+		return fmt.Errorf("%w\nhint: %s", err, unreachableHint(ue.Target))
 	}
 	return err
+}
+
+// unreachableHint is the next step for a target that did not answer. Only a
+// URL target can be a local server the user forgot to start; a catalog
+// target is the hosted platform, whose hosts the OPENREWARD_* variables set.
+func unreachableHint(target string) string {
+	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+		return "is a server running there? For a local test env: 'ortrain env serve echo --port PORT', or use --env builtin:echo"
+	}
+	return "check the network and, if set, OPENREWARD_URL, OPENREWARD_API_URL and OPENREWARD_SESSION_URL"
 }
 
 // specKeys returns the keys of a JSON object in document order.

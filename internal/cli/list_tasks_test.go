@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -155,4 +156,44 @@ func TestSpecKeysKeepOrder(t *testing.T) {
 	assert.Nil(t, specKeys(json.RawMessage(`[1]`)))
 	assert.Equal(t, "x", cellOf(json.RawMessage(`"x"`)))
 	assert.Equal(t, `{"a":1}`, cellOf(json.RawMessage(`{ "a": 1 }`)))
+}
+
+// closedURL is a loopback URL nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	u := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	return u
+}
+
+// An unreachable URL target may be a local server the user forgot to
+// start; an unreachable catalog target is the platform, and serving a
+// local echo env is no answer to that.
+func TestListTasksUnreachableHints(t *testing.T) {
+	dead := closedURL(t)
+	tests := []struct {
+		name     string
+		env      string
+		getenv   map[string]string
+		want     []string
+		wantNone []string
+	}{
+		{"url target", dead, nil, []string{"hint: is a server running there?", "ortrain env serve echo"}, nil},
+		{"catalog target", "Owner/Env", map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_API_URL": dead, "OPENREWARD_SESSION_URL": dead},
+			[]string{"hint: check the network", "OPENREWARD_SESSION_URL"}, []string{"echo", "builtin:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := execCLI(t, tt.getenv, "list-tasks", "--env", tt.env)
+			assert.Equal(t, ExitError, code, errOut)
+			for _, s := range tt.want {
+				assert.Contains(t, errOut, s)
+			}
+			for _, s := range tt.wantNone {
+				assert.NotContains(t, errOut, s)
+			}
+		})
+	}
 }
