@@ -63,8 +63,10 @@ func isUsage(err error) bool {
 	var usage *UsageError
 	var field *config.FieldError
 	var target *envtarget.TargetError
+	var split *envtarget.SplitError
+	var index *envtarget.IndexError
 	switch {
-	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target):
+	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target), errors.As(err, &split), errors.As(err, &index):
 		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
 		return true

@@ -19,6 +19,11 @@ import (
 	"github.com/ortrain/ortrain/internal/train"
 )
 
+// quickstartTime is how long the embedded quickstart (100 steps) takes, as
+// measured (66 s wall on 2 shared CPU cores, ortrain built with go build);
+// README.md says the same, and TestQuickstartTimeAgrees holds them together.
+const quickstartTime = "about a minute on 2 CPU cores"
+
 // progress shows a bar with step, reward and ETA on a terminal, and one
 // line per logged step otherwise.
 type progress struct {

@@ -88,7 +88,7 @@ manifest.json, metrics.jsonl (TRL's metric names), trajectories.jsonl and
 checkpoints/step-N (complete or absent).
 
 Without --config, the embedded quickstart runs: a tiny random model learns the
-built-in letters env on CPU in a few minutes.
+built-in letters env on CPU in ` + quickstartTime + `.
 
 Settings resolve as: embedded defaults < --config YAML < ORTRAIN_* environment
 variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags.

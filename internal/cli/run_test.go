@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,4 +171,41 @@ func TestEvalHelpListsOnlyEvalFlags(t *testing.T) {
 	code, _, errOut = execCLI(t, nil, "eval", "--learning-rate", "0.1")
 	assert.Equal(t, ExitUsage, code)
 	assert.Contains(t, errOut, "unknown flag: --learning-rate")
+}
+
+// The quickstart's duration is stated once, in quickstartTime: run --help
+// shows it and the README must say the same.
+func TestQuickstartTimeAgrees(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "run", "--help")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Contains(t, strings.Join(strings.Fields(out), " "), "on CPU in "+quickstartTime+".")
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(strings.Fields(string(readme)), " "), quickstartTime)
+}
+
+// A split the env does not have is a usage error that lists the valid
+// splits, for eval's --split and for a config's envs[].split in run.
+func TestUnknownSplitListsValidSplits(t *testing.T) {
+	dir := t.TempDir()
+	modelDir := filepath.Join(dir, "tiny")
+	cfg := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("model: %s\ninit_model_preset: tiny\noutput_dir: %s\nenvs:\n  - target: builtin:letters\n    split: bogus\n",
+		modelDir, filepath.Join(dir, "run"))), 0o644))
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"eval --split", []string{"eval", "--config", cfg, "--env", "builtin:letters", "--split", "bogus"}},
+		{"run with envs[].split", []string{"run", "--config", cfg}},
+		{"run --dry-run", []string{"run", "--config", cfg, "--dry-run"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := execCLI(t, nil, tt.args...)
+			assert.Equal(t, ExitUsage, code, errOut)
+			assert.Contains(t, errOut, `split "bogus" is not a split of builtin:letters (valid splits: train, validation, mixed)`)
+			assert.NotContains(t, errOut, "Invalid split", "the raw HTTP rejection is replaced")
+		})
+	}
 }
