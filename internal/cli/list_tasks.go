@@ -67,7 +67,7 @@ Environment variables:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
 			opts.Getenv = deps.Getenv
-			opts.Logger = deps.Logger.With().Str("component", "list-tasks").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "list-tasks").Logger()
 			if err := opts.validate(cmd.Flags().Changed("num-tasks")); err != nil {
 				return err
 			}

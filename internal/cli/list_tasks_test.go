@@ -197,3 +197,30 @@ func TestListTasksUnreachableHints(t *testing.T) {
 		})
 	}
 }
+
+func TestDuplicateKeys(t *testing.T) {
+	tests := []struct {
+		line string
+		want []string
+	}{
+		{`{"a":1,"b":"x"}`, nil},
+		{`{"component":"a","x":[1,{"k":1}],"component":"b"}`, []string{"component"}},
+		{`{"o":{"k":1,"k":2},"k":3}`, []string{"k"}},
+	}
+	for _, tt := range tests {
+		got, err := duplicateKeys([]byte(tt.line))
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, tt.line)
+	}
+	_, err := duplicateKeys([]byte(`[1]`))
+	assert.Error(t, err)
+}
+
+// The JSON log of a real command (an in-process env server under the
+// list-tasks logger, debug level) never repeats a key.
+func TestListTasksJSONLogHasNoDuplicateKeys(t *testing.T) {
+	code, _, errOut := execCLI(t, nil, "list-tasks", "--env", "builtin:echo", "--tools", "--log-level", "debug", "--log-format", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Positive(t, requireNoDuplicateKeys(t, errOut), "no JSON log lines to check")
+	assert.Contains(t, errOut, `"command":"list-tasks"`)
+}

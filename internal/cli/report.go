@@ -51,7 +51,7 @@ page reloads itself; Ctrl-C stops watching. The report's path is printed on stdo
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
-			opts.Logger = deps.Logger.With().Str("component", "report").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "report").Logger()
 			opts.RunDir = args[0]
 			if opts.Interval <= 0 {
 				return usageErrorf("--interval must be positive, got %s", opts.Interval)

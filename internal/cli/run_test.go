@@ -121,6 +121,7 @@ func TestRunInterruptSavesCheckpointAndClosesSessions(t *testing.T) {
 	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
 	assert.Equal(t, ExitInterrupted, exitErr.ExitCode(), "stderr: %s", &stderr)
 	assert.Contains(t, stderr.String(), "interrupted")
+	assert.Positive(t, requireNoDuplicateKeys(t, stderr.String()), "the run's JSON log has lines")
 
 	ck, step, err := train.LatestCheckpoint(out)
 	require.NoError(t, err, "stderr: %s", &stderr)

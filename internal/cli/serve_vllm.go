@@ -81,7 +81,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 				return usageErrorf("unexpected argument %q; extra vllm serve args go after --", args[0])
 			}
 			opts.IO, opts.Getenv, opts.Environ, opts.Executable = deps.IO, deps.Getenv, deps.Environ, deps.Executable
-			opts.Logger = deps.Logger.With().Str("component", "vllm").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "serve-vllm").Logger()
 			if opts.Model == "" {
 				return usageErrorf("--model is required (a model directory or a cached Org/Name)")
 			}
