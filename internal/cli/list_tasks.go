@@ -130,13 +130,12 @@ func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
 	return writeTasksTable(opts.IO, l)
 }
 
-// targetError turns the resolver's typed errors into usage errors and adds
-// the next step to errors users can act on.
+// targetError turns the resolver's typed errors into usage errors
+// (printError adds the hint for an unreachable env).
 func targetError(err error) error {
 	var te *envtarget.TargetError
 	var se *envtarget.SplitError
 	var ie *envtarget.IndexError
-	var ue *envtarget.UnreachableError
 	switch {
 	case errors.As(err, &te):
 		return &UsageError{Err: fmt.Errorf("--env: %w", err)}
@@ -144,20 +143,8 @@ func targetError(err error) error {
 		return usageErrorf("--split %q is not a split of %s (valid splits: %s)", se.Split, se.Target, strings.Join(se.Valid, ", "))
 	case errors.As(err, &ie):
 		return usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", ie.Index, ie.Split, ie.N, ie.N-1)
-	case errors.As(err, &ue):
-		return fmt.Errorf("%w\nhint: %s", err, unreachableHint(ue.Target))
 	}
 	return err
-}
-
-// unreachableHint is the next step for a target that did not answer. Only a
-// URL target can be a local server the user forgot to start; a catalog
-// target is the hosted platform, whose hosts the OPENREWARD_* variables set.
-func unreachableHint(target string) string {
-	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
-		return "is a server running there? For a local test env: 'ortrain env serve echo --port PORT', or use --env builtin:echo"
-	}
-	return "check the network and, if set, OPENREWARD_URL, OPENREWARD_API_URL and OPENREWARD_SESSION_URL"
 }
 
 // specKeys returns the keys of a JSON object in document order.

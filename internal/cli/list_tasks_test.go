@@ -182,12 +182,14 @@ func TestListTasksUnreachableHints(t *testing.T) {
 	}{
 		{"url target", dead, nil, []string{"hint: is a server running there?", "ortrain env serve echo"}, nil},
 		{"catalog target", "Owner/Env", map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_API_URL": dead, "OPENREWARD_SESSION_URL": dead},
-			[]string{"hint: check the network", "OPENREWARD_SESSION_URL"}, []string{"echo", "builtin:"}},
+			// The chain names /create_session once, not "create session: /create_session".
+			[]string{"hint: check the network", "OPENREWARD_SESSION_URL", "list splits: /create_session: giving up"}, []string{"echo", "builtin:", "create session:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := execCLI(t, tt.getenv, "list-tasks", "--env", tt.env)
 			assert.Equal(t, ExitError, code, errOut)
+			assert.Equal(t, 1, strings.Count(errOut, "hint:"), errOut)
 			for _, s := range tt.want {
 				assert.Contains(t, errOut, s)
 			}

@@ -20,7 +20,7 @@ import (
 )
 
 // quickstartTime is how long the embedded quickstart (100 steps) takes, as
-// measured (66 s wall on 2 shared CPU cores, ortrain built with go build);
+// measured (54 s and 66 s wall in two runs on 2 shared CPU cores);
 // README.md says the same, and TestQuickstartTimeAgrees holds them together.
 const quickstartTime = "about a minute on 2 CPU cores"
 

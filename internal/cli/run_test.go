@@ -210,3 +210,13 @@ func TestUnknownSplitListsValidSplits(t *testing.T) {
 		})
 	}
 }
+
+// An env that cannot be reached gets the same hint from run as from
+// list-tasks (printError adds it for every command).
+func TestRunUnreachableEnvHint(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := execCLI(t, nil, "run", "--env", closedURL(t), "--model", filepath.Join(dir, "tiny"), "--output-dir", filepath.Join(dir, "run"))
+	assert.Equal(t, ExitError, code, errOut)
+	assert.Contains(t, errOut, "cannot reach ORS server")
+	assert.Contains(t, errOut, "hint: is a server running there?")
+}
