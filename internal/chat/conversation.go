@@ -75,13 +75,16 @@ var ErrTurnNotEnded = errors.New("last assistant turn did not end with an end-of
 // turns are rendered with the chat template and appended as tokens (mask 0).
 // It is not safe for concurrent use.
 type Conversation struct {
-	tok    *Tokenizer
-	tmpl   *Template
-	tools  []Tool
-	kwargs map[string]any
-	policy HistoryPolicy
-	format ToolCallFormat
-	endIDs []int32
+	tok   *Tokenizer
+	tmpl  *Template
+	tools []Tool
+	// parseTools type the arguments of sampled calls (see
+	// ConversationOptions.ParseTools).
+	parseTools []Tool
+	kwargs     map[string]any
+	policy     HistoryPolicy
+	format     ToolCallFormat
+	endIDs     []int32
 
 	messages    []Message
 	ids         []int32
@@ -99,6 +102,10 @@ type ConversationOptions struct {
 	Policy HistoryPolicy
 	// Format overrides the tool-call format detected from the template.
 	Format *ToolCallFormat
+	// ParseTools are the tools whose JSON Schemas type the arguments of
+	// sampled calls; nil means Tools. Set it when the tools are callable
+	// but not rendered into the prompt.
+	ParseTools []Tool
 }
 
 // NewConversation renders the prompt ([system], user) with the generation
@@ -118,9 +125,15 @@ func NewConversationMessages(tok *Tokenizer, tmpl *Template, prompt []Message, o
 		return nil, errors.New("conversation needs at least one prompt message")
 	}
 	c := &Conversation{
-		tok: tok, tmpl: tmpl, tools: opts.Tools, kwargs: opts.Kwargs, policy: opts.Policy,
-		format: DetectToolCallFormat(tmpl.Source()), endIDs: tok.Special().EndOfTurn,
+		tok: tok, tmpl: tmpl, tools: opts.Tools, parseTools: opts.ParseTools, kwargs: opts.Kwargs, policy: opts.Policy,
+		endIDs: tok.Special().EndOfTurn,
 	}
+	if c.parseTools == nil {
+		c.parseTools = opts.Tools
+	}
+	// An undetected format parses nothing; callers that offer tools check
+	// DetectToolCallFormat's error at startup.
+	c.format, _ = DetectToolCallFormat(tmpl.Source())
 	if opts.Format != nil {
 		c.format = *opts.Format
 	}
@@ -140,9 +153,11 @@ func (c *Conversation) Format() ToolCallFormat { return c.format }
 
 // AppendSampled appends a sampled assistant turn verbatim (mask 1),
 // including the end-of-turn token the model sampled, and parses it into a
-// message: reasoning (<think>…</think>), content and tool calls. A
-// malformed call is returned as *ToolCallError with the message (holding
-// the well-formed calls); the ids are appended either way.
+// message: reasoning (<think>…</think>), content and tool calls. Calls that
+// are malformed or violate their tool's schema are returned as
+// ToolCallErrors (one *ToolCallError each, with the ID a tool turn answers)
+// beside the message, which holds the good calls; the ids are appended
+// either way.
 func (c *Conversation) AppendSampled(ids []int32) (Message, error) {
 	c.ids = append(c.ids, ids...)
 	for range ids {
@@ -163,14 +178,23 @@ func (c *Conversation) parseTurn(ids []int32) (Message, error) {
 		reasoning = strings.Trim(before, "\n")
 		text = strings.TrimLeft(after, "\n")
 	}
-	content, calls, err := ParseToolCalls(c.format, text)
-	for i := range calls {
-		if calls[i].ID == "" {
-			calls[i].ID = fmt.Sprintf("call%05d", c.toolTurns*100+i) // 9 characters, as Mistral requires
+	parsed := ParseToolCallsFor(c.format, text, c.parseTools)
+	for i := range parsed.Calls {
+		if parsed.Calls[i].ID == "" {
+			parsed.Calls[i].ID = c.callID(i)
 		}
 	}
-	return Message{Role: "assistant", Content: content, ReasoningContent: reasoning, ToolCalls: calls}, err
+	for i, e := range parsed.Errors {
+		if e.ID == "" {
+			e.ID = c.callID(len(parsed.Calls) + i)
+		}
+	}
+	return Message{Role: "assistant", Content: parsed.Content, ReasoningContent: reasoning, ToolCalls: parsed.Calls}, parsed.Err()
 }
+
+// callID names the i-th call of the current turn: 9 characters, as
+// Mistral templates require.
+func (c *Conversation) callID(i int) string { return fmt.Sprintf("call%05d", c.toolTurns*100+i) }
 
 // AppendToolResults renders the tool messages, appends their tokens and
 // the next assistant header (mask 0), and returns the whole sequence so

@@ -243,3 +243,39 @@ func TestConversationRefusesTruncatedTurn(t *testing.T) {
 	_, err = c.AppendToolResults([]ToolResult{{Name: "get_weather", Content: "x"}})
 	assert.ErrorIs(t, err, ErrTurnNotEnded)
 }
+
+// TestConversationTypesAndReportsCalls: sampled calls are typed by the
+// schemas of ParseTools (or Tools), and each malformed or violating call
+// comes back as a *ToolCallError with an ID a tool turn can answer.
+func TestConversationTypesAndReportsCalls(t *testing.T) {
+	tok := loadFixture(t, "qwen2.5")
+	tmpl, err := tok.Template("")
+	require.NoError(t, err)
+	xml := FormatQwenXML
+	sampled := "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n</function>\n" +
+		"<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n{oops}\n</tool_call><|im_end|>"
+	for _, tc := range []struct {
+		name string
+		opts ConversationOptions
+	}{
+		{"schemas of the rendered tools", ConversationOptions{Tools: weatherTools, Format: &xml}},
+		{"schemas of hidden tools", ConversationOptions{ParseTools: weatherTools, Format: &xml}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewConversation(tok, tmpl, "Weather?", tc.opts)
+			require.NoError(t, err)
+			msg, err := c.AppendSampled(tok.Encode(sampled))
+			require.Len(t, msg.ToolCalls, 1)
+			assert.JSONEq(t, `{"city": "42"}`, string(msg.ToolCalls[0].Arguments), "a string parameter stays a string")
+			assert.Equal(t, "call00000", msg.ToolCalls[0].ID)
+			var errs ToolCallErrors
+			require.ErrorAs(t, err, &errs)
+			require.Len(t, errs, 2)
+			assert.Equal(t, SchemaViolation, errs[0].Kind)
+			assert.Equal(t, "get_time", errs[0].Name)
+			assert.Contains(t, errs[0].Reason, `missing required parameter "city"`)
+			assert.Equal(t, Malformed, errs[1].Kind)
+			assert.Equal(t, []string{"call00001", "call00002"}, []string{errs[0].ID, errs[1].ID})
+		})
+	}
+}

@@ -14,10 +14,13 @@
 // renders it (package jinja: trim_blocks, lstrip_blocks, loop controls,
 // raise_exception, strftime_now, transformers' tojson).
 //
-// Tool calls: ParseToolCalls reads Hermes/Qwen <tool_call> JSON blocks,
-// Llama 3 JSON calls, Mistral [TOOL_CALLS] and Qwen's XML form
-// (<function=…><parameter=…>); DetectToolCallFormat picks the format from the
-// template. Malformed calls are *ToolCallError values, never panics.
+// Tool calls: ParseToolCallsFor reads the calls of every major format
+// (hermes, qwen_xml, llama3_json, mistral, deepseek_v3, glm45, minimax_m2,
+// kimi_k2) and types text argument values by the offered tools' JSON
+// Schemas; DetectToolCallFormat picks the format from the template (an
+// unknown one is *UnknownToolCallFormatError). Every call is either a
+// ToolCall or a *ToolCallError (Malformed or SchemaViolation), never
+// dropped and never a panic.
 //
 // Conversation: the token-exact rollout transcript. Sampled ids are appended
 // verbatim with loss mask 1; tool turns are rendered, checked against the
@@ -34,7 +37,7 @@
 //		sampled := generate(ids, tok.Special().EndOfTurn) // includes the end-of-turn id
 //		msg, err := conv.AppendSampled(sampled)
 //		if err != nil || len(msg.ToolCalls) == 0 {
-//			break // *ToolCallError: show it to the model or end the rollout
+//			break // ToolCallErrors: answer each with a tool turn, or end the rollout
 //		}
 //		results := runTools(msg.ToolCalls)
 //		if ids, err = conv.AppendToolResults(results); err != nil {

@@ -62,3 +62,16 @@ func ExampleParseToolCalls() {
 	// Checking both. 2 a {} <nil>
 	// tool call 0 (hermes format) is malformed: "name" must be a non-empty string: "{\"arguments\": {}}"
 }
+
+func ExampleParseToolCallsFor() {
+	tools := []chat.Tool{{Name: "lookup", Parameters: json.RawMessage(
+		`{"type": "object", "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["q"]}`)}}
+	turn := "<tool_call>\n<function=lookup>\n<parameter=q>\n42\n</parameter>\n<parameter=limit>\n3\n</parameter>\n</function>\n" +
+		"<function=lookup>\n<parameter=q>\nx\n</parameter>\n<parameter=limit>\nmany\n</parameter>\n</function>\n</tool_call>"
+	p := chat.ParseToolCallsFor(chat.FormatQwenXML, turn, tools)
+	fmt.Println(p.Calls[0].Name, string(p.Calls[0].Arguments))
+	fmt.Println(p.Errors[0].Kind, p.Errors[0].Index, p.Errors[0].Reason)
+	// Output:
+	// lookup {"q": "42", "limit": 3}
+	// schema violation 1 parameter "limit": want integer, got "many"
+}

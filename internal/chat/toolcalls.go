@@ -11,31 +11,52 @@ import (
 type ToolCallFormat int
 
 const (
-	// FormatNone: the template has no tool-call syntax we know.
+	// FormatNone: no tool-call syntax; the whole turn is content.
 	FormatNone ToolCallFormat = iota
 	// FormatHermes: <tool_call>{"name": …, "arguments": …}</tool_call>
 	// blocks (Hermes, Qwen2.5, Qwen3), any number, text around them.
 	FormatHermes
 	// FormatLlama3JSON: a bare {"name": …, "parameters": …} object
-	// (optionally after <|python_tag|>, several separated by ";").
+	// (optionally after <|python_tag|>, several separated by ";"). A JSON
+	// object without "name" and "parameters"/"arguments" is an answer.
 	FormatLlama3JSON
 	// FormatMistral: [TOOL_CALLS] followed by a JSON array of calls, or by
-	// name[ARGS]{…} (newer Mistral tokenizers).
+	// NAME[ARGS]{…} (optionally NAME[CALL_ID]ID[ARGS]{…}) per marker.
 	FormatMistral
 	// FormatQwenXML: <tool_call><function=NAME><parameter=KEY>VALUE
-	// </parameter></function></tool_call> (Qwen3-Coder, Qwen3.5); a value
-	// is JSON when it parses as JSON, else a string.
+	// </parameter></function></tool_call> (Qwen3-Coder, Qwen3.5); several
+	// functions may share one wrapper and the wrapper may be missing.
+	// Values are text, typed by the tool's JSON Schema.
 	FormatQwenXML
+	// FormatDeepSeekV3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…
+	// <｜tool▁call▁end｜>…<｜tool▁calls▁end｜>, in DeepSeek-V3/R1's form
+	// (function<｜tool▁sep｜>NAME\n```json\nARGS\n```) or V3.1's
+	// (NAME<｜tool▁sep｜>ARGS).
+	FormatDeepSeekV3
+	// FormatGLM45: <tool_call>NAME<arg_key>K</arg_key><arg_value>V
+	// </arg_value>…</tool_call> (GLM-4.5, GLM-4.6). Values are text.
+	FormatGLM45
+	// FormatMiniMaxM2: <minimax:tool_call><invoke name="NAME"><parameter
+	// name="K">V</parameter>…</invoke>…</minimax:tool_call>. Values are text.
+	FormatMiniMaxM2
+	// FormatKimiK2: <|tool_calls_section_begin|><|tool_call_begin|>
+	// functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>…
+	// <|tool_calls_section_end|>; the call id is functions.NAME:IDX.
+	FormatKimiK2
 )
 
-var toolCallFormatNames = [...]string{"none", "hermes", "llama3_json", "mistral", "qwen_xml"}
+var toolCallFormatNames = [...]string{"none", "hermes", "llama3_json", "mistral", "qwen_xml", "deepseek_v3", "glm45", "minimax_m2", "kimi_k2"}
 
 func (f ToolCallFormat) String() string {
-	if int(f) < len(toolCallFormatNames) {
+	if f >= 0 && int(f) < len(toolCallFormatNames) {
 		return toolCallFormatNames[f]
 	}
 	return fmt.Sprintf("ToolCallFormat(%d)", int(f))
 }
+
+// ToolCallFormatNames lists the names ParseToolCallFormat accepts, for
+// configuration validation ("auto" is the caller's).
+func ToolCallFormatNames() []string { return append([]string(nil), toolCallFormatNames[:]...) }
 
 // ParseToolCallFormat reads a format name from configuration.
 func ParseToolCallFormat(name string) (ToolCallFormat, error) {
@@ -47,38 +68,138 @@ func ParseToolCallFormat(name string) (ToolCallFormat, error) {
 	return FormatNone, fmt.Errorf("unknown tool-call format %q (allowed: %s)", name, strings.Join(toolCallFormatNames[:], ", "))
 }
 
-// DetectToolCallFormat picks the format a chat template teaches the model.
-func DetectToolCallFormat(template string) ToolCallFormat {
-	switch {
-	case strings.Contains(template, "<function=") && strings.Contains(template, "<parameter="):
-		return FormatQwenXML
-	case strings.Contains(template, "<tool_call>"):
-		return FormatHermes
-	case strings.Contains(template, "[TOOL_CALLS]"):
-		return FormatMistral
-	case strings.Contains(template, "<|start_header_id|>") &&
-		(strings.Contains(template, `"parameters"`) || strings.Contains(template, "<|python_tag|>")):
-		return FormatLlama3JSON
-	}
-	return FormatNone
+// UnknownToolCallFormatError: the chat template writes tool calls in no
+// syntax ortrain can parse. With tools in use it is a startup error; the
+// user names the format with chat.tool_call_format.
+type UnknownToolCallFormatError struct {
+	// Formats are the names chat.tool_call_format accepts.
+	Formats []string
 }
 
-// ToolCallError describes a malformed tool call in words the rollout can
-// show the model.
+func (e *UnknownToolCallFormatError) Error() string {
+	return fmt.Sprintf("the chat template uses no tool-call syntax ortrain recognizes; set chat.tool_call_format to the one the model writes (%s)",
+		strings.Join(e.Formats, ", "))
+}
+
+// Detection markers, most specific first: GLM-4.5 and Qwen XML templates
+// also contain <tool_call>, so they are checked before hermes.
+var formatMarkers = []struct {
+	format ToolCallFormat
+	all    []string
+}{
+	{FormatKimiK2, []string{"<|tool_calls_section_begin|>"}},
+	{FormatMiniMaxM2, []string{"<minimax:tool_call>"}},
+	{FormatDeepSeekV3, []string{"<｜tool▁calls▁begin｜>"}},
+	{FormatGLM45, []string{"<tool_call>", "<arg_key>", "<arg_value>"}},
+	{FormatQwenXML, []string{"<function=", "<parameter="}},
+	{FormatHermes, []string{"<tool_call>"}},
+	{FormatMistral, []string{"[TOOL_CALLS]"}},
+	{FormatLlama3JSON, []string{"<|start_header_id|>", "<|python_tag|>"}},
+	{FormatLlama3JSON, []string{"<|start_header_id|>", `"parameters"`}},
+}
+
+// DetectToolCallFormat picks the format a chat template teaches the model
+// from the literal markers it writes. A template with none of them returns
+// FormatNone and *UnknownToolCallFormatError; that matters only when tools
+// are offered.
+func DetectToolCallFormat(template string) (ToolCallFormat, error) {
+	for _, m := range formatMarkers {
+		found := true
+		for _, s := range m.all {
+			if !strings.Contains(template, s) {
+				found = false
+				break
+			}
+		}
+		if found {
+			return m.format, nil
+		}
+	}
+	return FormatNone, &UnknownToolCallFormatError{Formats: ToolCallFormatNames()[1:]}
+}
+
+// ToolCallErrorKind says why a call was not returned as a ToolCall.
+type ToolCallErrorKind int
+
+const (
+	// Malformed: the call's text does not follow the format.
+	Malformed ToolCallErrorKind = iota
+	// SchemaViolation: the call parsed, but an argument does not fit the
+	// tool's JSON Schema (wrong type, not in the enum, missing, unknown).
+	SchemaViolation
+)
+
+func (k ToolCallErrorKind) String() string {
+	if k == SchemaViolation {
+		return "schema violation"
+	}
+	return "malformed"
+}
+
+// ToolCallError is one call the parser could not turn into a ToolCall. Its
+// message is written for the model: the rollout answers the call with a
+// tool turn holding it.
 type ToolCallError struct {
 	Format ToolCallFormat
-	Index  int    // which call (0-based) in the message
+	Kind   ToolCallErrorKind
+	Index  int    // which call (0-based) in the turn
+	Name   string // the tool named, when it could be read
+	// ID is the call's id: the one the model wrote, or the one the
+	// Conversation assigned so the tool turn can answer it.
+	ID     string
 	Text   string // the offending text, truncated
 	Reason string
 }
 
 func (e *ToolCallError) Error() string {
+	if e.Kind == SchemaViolation {
+		return fmt.Sprintf("tool call %d (%s) does not match the tool's schema: %s", e.Index, e.Name, e.Reason)
+	}
 	return fmt.Sprintf("tool call %d (%s format) is malformed: %s: %q", e.Index, e.Format, e.Reason, e.Text)
+}
+
+// ToolCallErrors is every failed call of one turn, in order. It unwraps to
+// its elements, so errors.As finds a *ToolCallError in it.
+type ToolCallErrors []*ToolCallError
+
+func (es ToolCallErrors) Error() string {
+	msgs := make([]string, len(es))
+	for i, e := range es {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap returns the elements for errors.Is and errors.As.
+func (es ToolCallErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// ParsedTurn is an assistant turn split into content, calls and failures.
+type ParsedTurn struct {
+	Content string     // the text outside the calls, trimmed
+	Calls   []ToolCall // well-formed calls whose arguments fit the schema
+	Errors  ToolCallErrors
+}
+
+// Err is Errors as an error: nil when every call parsed.
+func (p ParsedTurn) Err() error {
+	if len(p.Errors) == 0 {
+		return nil
+	}
+	return p.Errors
 }
 
 // trailingEndMarkers are end-of-turn strings stripped from the end of a
 // decoded turn before parsing.
-var trailingEndMarkers = [...]string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "</s>"}
+var trailingEndMarkers = [...]string{
+	"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "</s>",
+	"<｜end▁of▁sentence｜>", "<|user|>", "<|observation|>", "[e~[",
+}
 
 func stripEndMarkers(text string) string {
 	for {
@@ -95,24 +216,121 @@ func stripEndMarkers(text string) string {
 	}
 }
 
-// ParseToolCalls extracts the tool calls from an assistant turn's text
-// (decoded with special tokens kept; a trailing end-of-turn marker is
-// ignored). content is the text outside the calls, trimmed. When a call is
-// malformed, err is a *ToolCallError and calls holds the well-formed ones.
-// It never panics.
+// ParseToolCalls is ParseToolCallsFor without schemas: text values
+// (qwen_xml, glm45, minimax_m2) are JSON when they parse as JSON, else
+// strings. err is ToolCallErrors (errors.As finds each *ToolCallError);
+// calls holds the well-formed calls. It never panics.
 func ParseToolCalls(format ToolCallFormat, text string) (content string, calls []ToolCall, err error) {
+	p := ParseToolCallsFor(format, text, nil)
+	return p.Content, p.Calls, p.Err()
+}
+
+// ParseToolCallsFor extracts the tool calls from an assistant turn's text
+// (decoded with special tokens kept; a trailing end-of-turn marker is
+// ignored). tools are the tools offered: in formats whose values are text,
+// each argument is typed by its property's JSON Schema (a string stays a
+// string; integer, number, boolean, object and array are parsed; enum and
+// required are checked) and a mismatch is a SchemaViolation error instead
+// of a call. Arguments of a tool not in tools, or of a property without a
+// schema, are JSON when they parse as JSON, else strings. Every call in the
+// text is either in Calls or in Errors. It never panics.
+func ParseToolCallsFor(format ToolCallFormat, text string, tools []Tool) ParsedTurn {
 	text = stripEndMarkers(text)
+	p := &parser{format: format, schemas: toolSchemas(tools)}
+	var content string
 	switch format {
 	case FormatHermes:
-		return parseHermes(text)
+		content = p.parseHermes(text)
 	case FormatLlama3JSON:
-		return parseLlama3JSON(text)
+		content = p.parseLlama3JSON(text)
 	case FormatMistral:
-		return parseMistral(text)
+		content = p.parseMistral(text)
 	case FormatQwenXML:
-		return parseQwenXML(text)
+		content = p.parseQwenXML(text)
+	case FormatDeepSeekV3:
+		content = p.parseDeepSeek(text)
+	case FormatGLM45:
+		content = p.parseGLM45(text)
+	case FormatMiniMaxM2:
+		content = p.parseMiniMax(text)
+	case FormatKimiK2:
+		content = p.parseKimi(text)
+	default:
+		content = text
 	}
-	return strings.TrimSpace(text), nil, nil
+	return ParsedTurn{Content: strings.TrimSpace(content), Calls: p.calls, Errors: p.errs}
+}
+
+// parser collects the calls and failures of one turn, numbering them in
+// order of appearance.
+type parser struct {
+	format  ToolCallFormat
+	schemas map[string]*objectSchema
+	calls   []ToolCall
+	errs    ToolCallErrors
+	n       int
+}
+
+func (p *parser) fail(name, text, reason string) {
+	p.errs = append(p.errs, &ToolCallError{Format: p.format, Kind: Malformed, Index: p.n, Name: name, Text: truncate(strings.TrimSpace(text)), Reason: reason})
+	p.n++
+}
+
+// addJSON records a call whose arguments are JSON (an object, a string
+// holding one, or null/missing).
+func (p *parser) addJSON(id, name string, raw json.RawMessage, text string) {
+	if name == "" {
+		p.fail(name, text, "the tool name is empty")
+		return
+	}
+	args, err := normalizeArguments(raw)
+	if err != nil {
+		p.fail(name, text, err.Error())
+		return
+	}
+	p.calls = append(p.calls, ToolCall{ID: id, Name: name, Arguments: args})
+	p.n++
+}
+
+// addText records a call whose argument values are text, typing them by
+// the tool's schema.
+func (p *parser) addText(name string, params []textParam, text string) {
+	if name == "" {
+		p.fail(name, text, "the tool name is empty")
+		return
+	}
+	args, violation := typeArguments(p.schemas[name], params)
+	if violation != "" {
+		p.errs = append(p.errs, &ToolCallError{Format: p.format, Kind: SchemaViolation, Index: p.n, Name: name, Text: truncate(strings.TrimSpace(text)), Reason: violation})
+		p.n++
+		return
+	}
+	p.calls = append(p.calls, ToolCall{Name: name, Arguments: args})
+	p.n++
+}
+
+// addObject records a call from a {"name": …, "arguments"|"parameters": …}
+// object.
+func (p *parser) addObject(raw json.RawMessage) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		p.fail("", string(raw), "not a JSON object: "+err.Error())
+		return
+	}
+	var name string
+	if err := json.Unmarshal(obj["name"], &name); err != nil || name == "" {
+		p.fail("", string(raw), `"name" must be a non-empty string`)
+		return
+	}
+	var id string
+	if rawID, ok := obj["id"]; ok {
+		_ = json.Unmarshal(rawID, &id) // a non-string id is dropped; the conversation assigns one
+	}
+	args, ok := obj["arguments"]
+	if !ok {
+		args = obj["parameters"]
+	}
+	p.addJSON(id, name, args, string(raw))
 }
 
 func truncate(s string) string {
@@ -121,83 +339,6 @@ func truncate(s string) string {
 		return s[:max] + "…"
 	}
 	return s
-}
-
-func parseHermes(text string) (string, []ToolCall, error) {
-	return parseToolCallBlocks(text, func(i int, body string) (ToolCall, error) {
-		return decodeCallObject(FormatHermes, i, body, "arguments")
-	})
-}
-
-func parseQwenXML(text string) (string, []ToolCall, error) {
-	return parseToolCallBlocks(text, decodeXMLCall)
-}
-
-// parseToolCallBlocks cuts <tool_call>…</tool_call> blocks (the last may be
-// unclosed) out of text and decodes each.
-func parseToolCallBlocks(text string, decode func(i int, body string) (ToolCall, error)) (string, []ToolCall, error) {
-	const open, closeTag = "<tool_call>", "</tool_call>"
-	var content strings.Builder
-	var calls []ToolCall
-	var firstErr error
-	for i := 0; ; i++ {
-		start := strings.Index(text, open)
-		if start < 0 {
-			content.WriteString(text)
-			break
-		}
-		content.WriteString(text[:start])
-		body := text[start+len(open):]
-		end := strings.Index(body, closeTag)
-		rest := ""
-		if end >= 0 {
-			body, rest = body[:end], body[end+len(closeTag):]
-		}
-		call, err := decode(i, body)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		if err == nil {
-			calls = append(calls, call)
-		}
-		if end < 0 {
-			break // unclosed last call: the model stopped inside it
-		}
-		text = rest
-	}
-	return strings.TrimSpace(content.String()), calls, firstErr
-}
-
-// decodeCallObject reads {"name": …, "arguments"|"parameters": …}.
-func decodeCallObject(format ToolCallFormat, index int, body string, argKeys ...string) (ToolCall, error) {
-	fail := func(reason string) (ToolCall, error) {
-		return ToolCall{}, &ToolCallError{Format: format, Index: index, Text: truncate(strings.TrimSpace(body)), Reason: reason}
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(strings.TrimSpace(body)), &obj); err != nil {
-		return fail("not a JSON object: " + err.Error())
-	}
-	var name string
-	if err := json.Unmarshal(obj["name"], &name); err != nil || name == "" {
-		return fail(`"name" must be a non-empty string`)
-	}
-	call := ToolCall{Name: name}
-	if rawID, ok := obj["id"]; ok {
-		_ = json.Unmarshal(rawID, &call.ID)
-	}
-	var raw json.RawMessage
-	for _, k := range append(argKeys, "arguments", "parameters") {
-		if v, ok := obj[k]; ok {
-			raw = v
-			break
-		}
-	}
-	args, err := normalizeArguments(raw)
-	if err != nil {
-		return fail(err.Error())
-	}
-	call.Arguments = args
-	return call, nil
 }
 
 // normalizeArguments accepts an object, a JSON string holding an object,
@@ -220,123 +361,16 @@ func normalizeArguments(raw json.RawMessage) (json.RawMessage, error) {
 	return append(json.RawMessage(nil), raw...), nil
 }
 
-func parseLlama3JSON(text string) (string, []ToolCall, error) {
-	body := strings.TrimSpace(text)
-	body = strings.TrimSpace(strings.TrimPrefix(body, "<|python_tag|>"))
-	if !strings.HasPrefix(body, "{") {
-		return strings.TrimSpace(text), nil, nil
+// decodeJSONPrefix reads one JSON value at the start of s (after
+// whitespace) and returns it and the text after it. Strings inside the
+// value may hold any closing tag.
+func decodeJSONPrefix(s string) (json.RawMessage, string, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, s, err
 	}
-	dec := json.NewDecoder(strings.NewReader(body))
-	var calls []ToolCall
-	for i := 0; ; i++ {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return "", calls, &ToolCallError{Format: FormatLlama3JSON, Index: i, Text: truncate(body), Reason: "not a JSON object: " + err.Error()}
-		}
-		call, err := decodeCallObject(FormatLlama3JSON, i, string(raw), "parameters")
-		if err != nil {
-			return "", calls, err
-		}
-		calls = append(calls, call)
-		rest := strings.TrimLeft(body[dec.InputOffset():], " \t\r\n;")
-		if rest == "" {
-			return "", calls, nil
-		}
-		body = rest
-		dec = json.NewDecoder(strings.NewReader(body))
-	}
-}
-
-func parseMistral(text string) (string, []ToolCall, error) {
-	const marker = "[TOOL_CALLS]"
-	start := strings.Index(text, marker)
-	if start < 0 {
-		return strings.TrimSpace(text), nil, nil
-	}
-	content := strings.TrimSpace(text[:start])
-	body := strings.TrimSpace(text[start+len(marker):])
-	if strings.HasPrefix(body, "[") {
-		var items []json.RawMessage
-		if err := json.Unmarshal([]byte(body), &items); err != nil {
-			return content, nil, &ToolCallError{Format: FormatMistral, Text: truncate(body), Reason: "not a JSON array of calls: " + err.Error()}
-		}
-		var calls []ToolCall
-		for i, it := range items {
-			call, err := decodeCallObject(FormatMistral, i, string(it), "arguments")
-			if err != nil {
-				return content, calls, err
-			}
-			calls = append(calls, call)
-		}
-		return content, calls, nil
-	}
-	// name[ARGS]{…}, one per [TOOL_CALLS] marker.
-	var calls []ToolCall
-	for i, part := range strings.Split(body, marker) {
-		name, args, ok := strings.Cut(strings.TrimSpace(part), "[ARGS]")
-		name = strings.TrimSpace(name)
-		if !ok || name == "" {
-			return content, calls, &ToolCallError{Format: FormatMistral, Index: i, Text: truncate(part), Reason: "want NAME[ARGS]{…} or a JSON array"}
-		}
-		norm, err := normalizeArguments(json.RawMessage(strings.TrimSpace(args)))
-		if err != nil {
-			return content, calls, &ToolCallError{Format: FormatMistral, Index: i, Text: truncate(part), Reason: err.Error()}
-		}
-		calls = append(calls, ToolCall{Name: name, Arguments: norm})
-	}
-	return content, calls, nil
-}
-
-// decodeXMLCall reads <function=NAME><parameter=KEY>VALUE</parameter>…
-// </function>.
-func decodeXMLCall(index int, body string) (ToolCall, error) {
-	fail := func(reason string) (ToolCall, error) {
-		return ToolCall{}, &ToolCallError{Format: FormatQwenXML, Index: index, Text: truncate(strings.TrimSpace(body)), Reason: reason}
-	}
-	rest := strings.TrimSpace(body)
-	if !strings.HasPrefix(rest, "<function=") {
-		return fail("want <function=NAME>")
-	}
-	name, rest, ok := strings.Cut(rest[len("<function="):], ">")
-	name = strings.TrimSpace(name)
-	if !ok || name == "" {
-		return fail("want <function=NAME> with a non-empty name")
-	}
-	var args bytes.Buffer
-	args.WriteByte('{')
-	for n := 0; ; n++ {
-		rest = strings.TrimSpace(rest)
-		if strings.HasPrefix(rest, "</function>") || rest == "" {
-			break // an unclosed function at the end is accepted
-		}
-		if !strings.HasPrefix(rest, "<parameter=") {
-			return fail("want <parameter=KEY> or </function>")
-		}
-		key, after, ok := strings.Cut(rest[len("<parameter="):], ">")
-		value, tail, closed := strings.Cut(after, "</parameter>")
-		if !ok || strings.TrimSpace(key) == "" || !closed {
-			return fail("want <parameter=KEY>VALUE</parameter>")
-		}
-		if n > 0 {
-			args.WriteString(", ")
-		}
-		args.Write(jsonString(strings.TrimSpace(key)))
-		args.WriteString(": ")
-		args.Write(xmlParameterJSON(value))
-		rest = tail
-	}
-	args.WriteByte('}')
-	return ToolCall{Name: name, Arguments: json.RawMessage(args.Bytes())}, nil
-}
-
-// xmlParameterJSON is a parameter value as JSON: the value itself when it
-// parses as JSON, else a JSON string (one newline trimmed at each end).
-func xmlParameterJSON(value string) []byte {
-	value = strings.TrimSuffix(strings.TrimPrefix(value, "\n"), "\n")
-	if trimmed := strings.TrimSpace(value); trimmed != "" && json.Valid([]byte(trimmed)) {
-		return []byte(trimmed)
-	}
-	return jsonString(value)
+	return raw, s[dec.InputOffset():], nil
 }
 
 // jsonString encodes s without HTML escaping (json.Marshal writes < as
@@ -347,4 +381,43 @@ func jsonString(s string) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s) // a string always encodes
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// cutAny finds the earliest of seps in s.
+func cutAny(s string, seps ...string) (before, sep, after string, found bool) {
+	best := -1
+	for _, m := range seps {
+		if i := strings.Index(s, m); i >= 0 && (best < 0 || i < best || i == best && len(m) > len(sep)) {
+			best, sep = i, m
+		}
+	}
+	if best < 0 {
+		return s, "", "", false
+	}
+	return s[:best], sep, s[best+len(sep):], true
+}
+
+// cutClosing finds the closing tag close in s whose following text (after
+// whitespace) starts with one of next, or is empty: a value may itself
+// contain the closing tag.
+func cutClosing(s, closeTag string, next ...string) (value, rest string, ok bool) {
+	from := 0
+	for {
+		i := strings.Index(s[from:], closeTag)
+		if i < 0 {
+			return "", s, false
+		}
+		end := from + i
+		after := s[end+len(closeTag):]
+		tail := strings.TrimLeft(after, " \t\r\n")
+		if tail == "" {
+			return s[:end], after, true
+		}
+		for _, n := range next {
+			if strings.HasPrefix(tail, n) {
+				return s[:end], after, true
+			}
+		}
+		from = end + len(closeTag)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/ors"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -66,11 +67,23 @@ func isUsage(err error) bool {
 	var target *envtarget.TargetError
 	var split *envtarget.SplitError
 	var index *envtarget.IndexError
+	var typ *config.TypeError
+	var unknown *config.UnknownKeysError
+	var changed *config.ResumeChangedError
+	var auth *ors.AuthError
+	var rexpr *reward.ExpressionError
+	var rfield *reward.FieldError
 	switch {
 	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target), errors.As(err, &split), errors.As(err, &index):
 		return true
+	case errors.As(err, &typ), errors.As(err, &unknown), errors.As(err, &changed):
+		return true
+	case errors.As(err, &rexpr), errors.As(err, &rfield):
+		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
 		return true
+	case errors.As(err, &auth):
+		return auth.MissingKey // no key at all: set one and run again
 	}
 	return false
 }

@@ -31,6 +31,9 @@ type ListTasksOptions struct {
 	Indices  []int
 	Tools    bool
 	Format   string
+	// Protocol and TasksFile are for OpenEnv targets (which list no tasks).
+	Protocol  string
+	TasksFile string
 }
 
 var listTasksFormats = []string{"table", "json", "jsonl"}
@@ -82,6 +85,8 @@ Environment variables:
 	cmd.Flags().IntVar(&opts.NumTasks, "num-tasks", 0, "list only the first N tasks")
 	cmd.Flags().IntSliceVar(&opts.Indices, "indices", nil, "list only these task indices (e.g. 0,5,7)")
 	cmd.Flags().BoolVar(&opts.Tools, "tools", false, "also list shared and task-scoped tools (opens one session)")
+	cmd.Flags().StringVar(&opts.Protocol, "protocol", "", "ors, openenv or auto (probe the URL); default: a builtin's own protocol, else ors")
+	cmd.Flags().StringVar(&opts.TasksFile, "tasks", "", "OpenEnv: a tasks file (JSONL of {prompt, reset, split}) to list")
 	cmd.Flags().StringVar(&opts.Format, "format", "table", "output format: "+strings.Join(listTasksFormats, ", "))
 	return cmd
 }
@@ -108,7 +113,15 @@ func (o *ListTasksOptions) validate(numTasksSet bool) error {
 }
 
 func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
-	env, err := envtarget.Resolve(ctx, opts.Env, envtarget.Options{Getenv: opts.Getenv, Logger: opts.Logger})
+	oe := envtarget.OpenEnvOptions{NumTasks: max(opts.NumTasks, 1)}
+	if opts.TasksFile != "" {
+		tasks, err := envtarget.ReadTasksFile(opts.TasksFile)
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("--tasks: %w", err)}
+		}
+		oe.Tasks = tasks
+	}
+	env, err := envtarget.Resolve(ctx, opts.Env, envtarget.Options{Getenv: opts.Getenv, Logger: opts.Logger, Protocol: opts.Protocol, OpenEnv: oe})
 	if err != nil {
 		return targetError(err)
 	}
@@ -145,6 +158,23 @@ func targetError(err error) error {
 		return usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", ie.Index, ie.Split, ie.N, ie.N-1)
 	}
 	return err
+}
+
+// writeOpenEnvHeader prints what an OpenEnv env says of itself: its
+// metadata, whether it is an MCP env, and its action and observation schemas.
+func writeOpenEnvHeader(io *IOStreams, l *envtarget.Listing) {
+	var meta struct{ Name, Version, Description string }
+	_ = json.Unmarshal(l.Metadata, &meta)
+	kind := "Gym-style: the action is offered as one tool"
+	if l.MCP {
+		kind = "MCP: tools from list_tools"
+	}
+	fmt.Fprintf(io.Out, "ENV\t%s %s (OpenEnv; %s)\n", meta.Name, meta.Version, kind)
+	if meta.Description != "" {
+		fmt.Fprintf(io.Out, "DESCRIPTION\t%s\n", meta.Description)
+	}
+	fmt.Fprintf(io.Out, "ACTION\t%s\n", cellOf(l.ActionSchema))
+	fmt.Fprintf(io.Out, "OBSERVATION\t%s\n\n", cellOf(l.ObservationSchema))
 }
 
 // specKeys returns the keys of a JSON object in document order.
@@ -185,6 +215,9 @@ func cellOf(v json.RawMessage) string {
 
 func writeTasksTable(io *IOStreams, l *envtarget.Listing) error {
 	tasks, tools := l.Tasks, l.Tools
+	if l.Protocol == envtarget.OpenEnv {
+		writeOpenEnvHeader(io, l)
+	}
 	var cols []string
 	seen := map[string]bool{}
 	for _, t := range tasks {
@@ -244,11 +277,16 @@ func taskRows(tasks []envtarget.Task) []taskRow {
 
 func writeTasksJSON(w io.Writer, opts *ListTasksOptions, l *envtarget.Listing) error {
 	doc := struct {
-		Env   string                 `json:"env"`
-		Split string                 `json:"split"`
-		Tasks []taskRow              `json:"tasks"`
-		Tools []envtarget.ListedTool `json:"tools,omitempty"`
-	}{Env: opts.Env, Split: opts.Split, Tasks: taskRows(l.Tasks), Tools: l.Tools}
+		Env               string                 `json:"env"`
+		Protocol          envtarget.Protocol     `json:"protocol"`
+		Split             string                 `json:"split"`
+		Tasks             []taskRow              `json:"tasks"`
+		Tools             []envtarget.ListedTool `json:"tools,omitempty"`
+		Metadata          json.RawMessage        `json:"metadata,omitempty"`
+		ActionSchema      json.RawMessage        `json:"action_schema,omitempty"`
+		ObservationSchema json.RawMessage        `json:"observation_schema,omitempty"`
+	}{Env: opts.Env, Protocol: l.Protocol, Split: opts.Split, Tasks: taskRows(l.Tasks), Tools: l.Tools,
+		Metadata: l.Metadata, ActionSchema: l.ActionSchema, ObservationSchema: l.ObservationSchema}
 	b, err := ors.MarshalJSON(doc)
 	if err != nil {
 		return err

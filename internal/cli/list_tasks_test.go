@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -125,7 +127,7 @@ func TestListTasksErrors(t *testing.T) {
 			[]string{"available: echo, guess, letters, mcp-echo"}},
 		{"bad API key", []string{"--env", unauthorized.URL}, nil, ExitError,
 			[]string{"authentication failed", "Invalid API key", "hint: set OPENREWARD_API_KEY"}},
-		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitError,
+		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitUsage,
 			[]string{"set OPENREWARD_API_KEY"}},
 		{"catalog host from env", []string{"--env", "Owner/Env"}, map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": unauthorized.URL}, ExitError,
 			[]string{"authentication failed at " + unauthorized.URL}},
@@ -225,4 +227,39 @@ func TestListTasksJSONLogHasNoDuplicateKeys(t *testing.T) {
 	require.Equal(t, ExitOK, code, errOut)
 	assert.Positive(t, requireNoDuplicateKeys(t, errOut), "no JSON log lines to check")
 	assert.Contains(t, errOut, `"command":"list-tasks"`)
+}
+
+// Issue 10: list-tasks on an OpenEnv target prints its metadata, its action
+// and observation schemas, the tasks of a --tasks file and the tools.
+func TestListTasksOpenEnv(t *testing.T) {
+	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
+	require.NoError(t, os.WriteFile(tasks, []byte(`{"prompt":"Guess 42","reset":{"target":42}}
+{"prompt":[{"role":"user","content":"Guess 7"}],"reset":{"target":7},"split":"validation"}
+`), 0o644))
+	code, out, errOut := execCLI(t, nil, "list-tasks", "--env", "builtin:guess", "--tasks", tasks, "--tools")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Contains(t, out, "ENV\tGuessEnvironment 1.0.0 (OpenEnv; Gym-style: the action is offered as one tool)")
+	assert.Contains(t, out, `ACTION	{"additionalProperties":false`)
+	assert.Contains(t, out, "OBSERVATION\t{")
+	assert.Contains(t, out, "0\tGuess 42\t{\"target\":42}")
+	assert.NotContains(t, out, "Guess 7", "a validation row is not a train task")
+	assert.Contains(t, out, "step\tshared")
+
+	code, out, errOut = execCLI(t, nil, "list-tasks", "--env", "builtin:mcp-echo", "--num-tasks", "1", "--tools", "--format", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	var doc struct {
+		Protocol string `json:"protocol"`
+		Tools    []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+		Metadata map[string]any `json:"metadata"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, "openenv", doc.Protocol)
+	assert.Equal(t, "EchoEnvironment", doc.Metadata["name"])
+	require.Len(t, doc.Tools, 2)
+
+	code, _, errOut = execCLI(t, nil, "list-tasks", "--env", "builtin:guess", "--tasks", "/nonexistent.jsonl")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, errOut, "--tasks: tasks file")
 }

@@ -24,11 +24,14 @@ type RunOptions struct {
 	Executable func() (string, error)
 	Environ    func() []string
 
-	ConfigFile  string
-	Resume      bool
-	Overwrite   bool
-	PrintConfig bool
-	DryRun      bool
+	ConfigFile string
+	Resume     bool
+	Overwrite  bool
+	// ResumeWithChanges accepts a resume whose settings change the batch or
+	// the model (recorded in the run directory).
+	ResumeWithChanges bool
+	PrintConfig       bool
+	DryRun            bool
 	// Flags maps config keys to the flags that override them.
 	Flags map[string]*pflag.Flag
 }
@@ -60,14 +63,9 @@ func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...s
 		if slices.Contains(except, f.name) {
 			continue
 		}
-		switch f.kind {
-		case "int":
-			fs.Int(f.name, 0, f.usage)
-		case "float":
-			fs.Float64(f.name, 0, f.usage)
-		default:
-			fs.String(f.name, "", f.usage)
-		}
+		// Every kind is taken as text: the config parses it by the key's
+		// type, so "--max-steps 1.5" is refused in words, not strconv's.
+		fs.String(f.name, "", f.usage+" ("+f.kind+")")
 		flags[f.key] = fs.Lookup(f.name)
 	}
 }
@@ -121,6 +119,7 @@ exit with code 2; --resume continues from the latest complete checkpoint.`,
 	fs.StringVarP(&opts.ConfigFile, "config", "c", "", "YAML config file (default: the embedded quickstart)")
 	fs.StringVar(&env, "env", "", "train on this env only: a URL, Owner/Env, or builtin:NAME (replaces the config's envs)")
 	fs.BoolVar(&opts.Resume, "resume", false, "continue from the latest complete checkpoint in output_dir")
+	fs.BoolVar(&opts.ResumeWithChanges, "resume-with-changes", false, "with --resume: accept changed batch, model or env settings (recorded in output_dir/resume-changes.jsonl)")
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
@@ -130,24 +129,56 @@ exit with code 2; --resume continues from the latest complete checkpoint.`,
 }
 
 // loadRunConfig resolves the config of run and eval.
+//
+// The embedded quickstart is tuned for its own env: a random byte-level
+// model, a final-answer tool, tools left out of the prompt. So --env with
+// another target and no --config takes TRL's defaults instead, and needs
+// --model; and init_model_preset creates a model only at the path the
+// config that names it gives, never at a --model or ORTRAIN_MODEL path (a
+// random model must not shadow a Hugging Face name).
 func loadRunConfig(opts *RunOptions, env string) (*config.Config, error) {
 	src := config.Source{File: opts.ConfigFile, Getenv: opts.Getenv, Flags: map[string]*pflag.Flag{}}
+	if opts.Environ != nil {
+		src.Environ = opts.Environ()
+	}
 	for k, f := range opts.Flags {
 		if f != nil && f.Changed {
 			src.Flags[k] = f
 		}
 	}
+	modelGiven := src.Flags["model"] != nil || (opts.Getenv != nil && opts.Getenv(config.EnvVarFor("model")) != "")
 	if opts.ConfigFile == "" {
 		src.Data = configs.Quickstart()
+		if env != "" && env != quickstartEnv() {
+			if !modelGiven {
+				return nil, usageErrorf("--env %s needs --model: without --config the embedded quickstart's tiny random model only learns its own env (%s); "+
+					"pass a model (e.g. --model Qwen/Qwen3-4B) to train with TRL's defaults, or a recipe such as configs/seta.yaml for Eigent/SETA (ortrain run --config configs/seta.yaml)",
+					env, quickstartEnv())
+			}
+			src.Data = nil
+		}
 	}
 	cfg, err := config.Resolve(src)
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
+	presetGiven := opts.Getenv != nil && opts.Getenv(config.EnvVarFor("init_model_preset")) != ""
+	if modelGiven && !presetGiven {
+		cfg.InitModelPreset = ""
+	}
 	if env != "" {
 		cfg.Envs = []config.EnvConfig{{Target: env, Split: "train", Weight: 1}}
 	}
 	return cfg, nil
+}
+
+// quickstartEnv is the env target of the embedded quickstart.
+func quickstartEnv() string {
+	cfg, err := config.Resolve(config.Source{Data: configs.Quickstart()})
+	if err != nil || len(cfg.Envs) == 0 {
+		return ""
+	}
+	return cfg.Envs[0].Target
 }
 
 func runRun(ctx context.Context, opts *RunOptions, env string) error {
@@ -166,24 +197,19 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if err := cfg.Validate(); err != nil {
 		return &UsageError{Err: err}
 	}
-	if opts.DryRun {
-		return dryRun(ctx, cfg, opts)
-	}
 	if opts.Resume && opts.Overwrite {
 		return usageErrorf("--resume and --overwrite contradict each other: pass one")
 	}
+	if opts.ResumeWithChanges && !opts.Resume {
+		return usageErrorf("--resume-with-changes goes with --resume")
+	}
+	if opts.DryRun {
+		return dryRun(ctx, cfg, opts)
+	}
 	logResolved(opts.Logger, cfg)
 	prog := newProgress(opts.IO, opts.Logger)
-	ro := train.RunOptions{
-		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(), Resume: opts.Resume, Overwrite: opts.Overwrite,
-		OnStart: prog.start, OnMetrics: prog.step, OnRollout: prog.rollout,
-	}
-	if opts.Executable != nil {
-		ro.Executable, _ = opts.Executable()
-	}
-	if opts.Environ != nil {
-		ro.Environ = opts.Environ()
-	}
+	ro := runOptions(opts)
+	ro.OnStart, ro.OnMetrics, ro.OnRollout = prog.start, prog.step, prog.rollout
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
 	printRunSummary(opts.IO.ErrOut, res)
@@ -194,9 +220,24 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	return nil
 }
 
+// runOptions are the train options the flags give.
+func runOptions(opts *RunOptions) train.RunOptions {
+	ro := train.RunOptions{
+		Logger: opts.Logger, Getenv: opts.Getenv, Version: Version(),
+		Resume: opts.Resume, Overwrite: opts.Overwrite, ResumeWithChanges: opts.ResumeWithChanges,
+	}
+	if opts.Executable != nil {
+		ro.Executable, _ = opts.Executable()
+	}
+	if opts.Environ != nil {
+		ro.Environ = opts.Environ()
+	}
+	return ro
+}
+
 // dryRun checks the model, worker and envs without training.
 func dryRun(ctx context.Context, cfg *config.Config, opts *RunOptions) error {
-	return train.Check(ctx, cfg, opts.Getenv, opts.Logger, func(part, detail string) {
+	return train.Check(ctx, cfg, runOptions(opts), func(part, detail string) {
 		fmt.Fprintf(opts.IO.Out, "ok  %-10s %s\n", part, detail)
 	})
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 	"github.com/ortrain/ortrain/internal/train"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -38,8 +40,17 @@ func TestRunPrintConfigAndValidation(t *testing.T) {
 		{"flag beats env beats file", []string{"run", "--print-config", "--learning-rate", "0.5"},
 			map[string]string{"ORTRAIN_GRPO_LEARNING_RATE": "0.25", "ORTRAIN_GRPO_NUM_GENERATIONS": "4"}, ExitOK,
 			[]string{"learning_rate: 0.5", "num_generations: 4"}, nil},
-		{"env flag replaces envs", []string{"run", "--print-config", "--env", "Eigent/SETA"}, nil, ExitOK,
+		{"env flag replaces envs", []string{"run", "--print-config", "--env", "Eigent/SETA", "--model", "Qwen/Qwen3-4B"}, nil, ExitOK,
 			[]string{"target: Eigent/SETA"}, nil},
+		// Issue 14, bug 11: the design card's command does not train the
+		// quickstart's random byte model with its env-specific settings.
+		{"another env without a config needs --model", []string{"run", "--print-config", "--env", "Eigent/SETA"}, nil, ExitUsage,
+			nil, []string{"--env Eigent/SETA needs --model", "configs/seta.yaml"}},
+		{"another env with --model takes TRL's defaults", []string{"run", "--print-config", "--env", "Eigent/SETA", "--model", "Qwen/Qwen3-4B"}, nil, ExitOK,
+			[]string{"model: Qwen/Qwen3-4B", "render_tools: true", "final_answer_tool: \"\"", "init_model_preset: \"\"", "learning_rate: 1e-06"}, nil},
+		// Issue 14, bug 5: a preset creates a model only at the config's own path.
+		{"--model drops the quickstart's preset", []string{"run", "--print-config", "--model", "Qwen/Qwen3-4B"}, nil, ExitOK,
+			[]string{"model: Qwen/Qwen3-4B", "init_model_preset: \"\""}, nil},
 		{"bad value is a usage error naming the field", []string{"run", "--loss-type", "ppo"}, nil, ExitUsage,
 			nil, []string{"grpo.loss_type", `"ppo"`, "dapo"}},
 		{"bad env var names the variable", []string{"run", "--print-config"}, map[string]string{"ORTRAIN_SEED": "x"}, ExitUsage,
@@ -98,7 +109,11 @@ func TestRunInterruptSavesCheckpointAndClosesSessions(t *testing.T) {
 
 	work := t.TempDir()
 	out := filepath.Join(work, "run")
-	cmd := exec.Command(bin, "run", "--env", url, "--output-dir", out, "--max-steps", "100000", "--log-format", "json")
+	// The quickstart, with its env served by this test (so the test can
+	// count sessions) instead of in-process.
+	cfgPath := filepath.Join(work, "run.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, bytes.Replace(configs.Quickstart(), []byte("builtin:letters"), []byte(url), 1), 0o644))
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--output-dir", out, "--max-steps", "100000", "--log-format", "json")
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
 	var stderr bytes.Buffer
@@ -215,6 +230,9 @@ func TestUnknownSplitListsValidSplits(t *testing.T) {
 // list-tasks (printError adds it for every command).
 func TestRunUnreachableEnvHint(t *testing.T) {
 	dir := t.TempDir()
+	preset, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	require.NoError(t, model.Init(filepath.Join(dir, "tiny"), preset, 1))
 	code, _, errOut := execCLI(t, nil, "run", "--env", closedURL(t), "--model", filepath.Join(dir, "tiny"), "--output-dir", filepath.Join(dir, "run"))
 	assert.Equal(t, ExitError, code, errOut)
 	assert.Contains(t, errOut, "cannot reach ORS server")

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"github.com/ortrain/ortrain/internal/reward"
 	"maps"
 	"slices"
 	"time"
@@ -25,7 +26,10 @@ type Config struct {
 	// Seed drives task shuffling, sampling and initialisation.
 	Seed int64 `mapstructure:"seed"`
 
-	Envs    []EnvConfig   `mapstructure:"envs"`
+	Envs []EnvConfig `mapstructure:"envs"`
+	// Rewards are weighted reward functions (TRL's reward_funcs and
+	// reward_weights); empty means the env's own rewards alone.
+	Rewards []reward.Spec `mapstructure:"rewards"`
 	Chat    ChatConfig    `mapstructure:"chat"`
 	GRPO    GRPOConfig    `mapstructure:"grpo"`
 	Rollout RolloutConfig `mapstructure:"rollout"`
@@ -95,7 +99,9 @@ type EnvChatConfig struct {
 // ChatConfig shapes the conversation the policy sees.
 type ChatConfig struct {
 	SystemPrompt string `mapstructure:"system_prompt"`
-	// ToolCallFormat is hermes, llama3_json, mistral, or auto (from the template).
+	// ToolCallFormat is auto (detected from the template) or one of
+	// chat.ToolCallFormatNames: hermes, qwen_xml, llama3_json, mistral,
+	// deepseek_v3, glm45, minimax_m2, kimi_k2, none.
 	ToolCallFormat string `mapstructure:"tool_call_format"`
 	// TemplateKwargs are extra chat-template variables (e.g. enable_thinking).
 	TemplateKwargs map[string]any `mapstructure:"template_kwargs"`

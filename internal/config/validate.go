@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/ortrain/ortrain/internal/reward"
 	"math"
 	"regexp"
 	"slices"
@@ -60,7 +61,8 @@ func SaveableModules() []string {
 
 // Validate checks every field and the relations between them.
 func (c *Config) Validate() error {
-	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime}
+	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime,
+		func() error { return reward.ValidateSpecs(c.Rewards) }}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
@@ -76,7 +78,12 @@ func (c *Config) validateTop() error {
 	if c.InitModelPreset != "" && c.Model == "" {
 		return bad("model", c.Model, "a directory to create is required when init_model_preset is set")
 	}
-	return oneOf("chat.tool_call_format", c.Chat.ToolCallFormat, "auto", "hermes", "llama3_json", "mistral")
+	// The format names are the chat package's; it checks them (with the
+	// list) when the model's template loads, --dry-run included.
+	if c.Chat.ToolCallFormat == "" {
+		return bad("chat.tool_call_format", c.Chat.ToolCallFormat, "auto or a format name (hermes, qwen_xml, llama3_json, mistral, deepseek_v3, glm45, minimax_m2, kimi_k2, none)")
+	}
+	return nil
 }
 
 func (c *Config) validateEnvs() error {

@@ -136,6 +136,12 @@ type Listing struct {
 	Protocol Protocol
 	Tasks    []Task
 	Tools    []ListedTool // nil unless Query.Tools
+	// OpenEnv only: /metadata, and the action and observation schemas of
+	// /schema (an MCP env's action is a tool call).
+	Metadata          json.RawMessage `json:"metadata,omitempty"`
+	ActionSchema      json.RawMessage `json:"action_schema,omitempty"`
+	ObservationSchema json.RawMessage `json:"observation_schema,omitempty"`
+	MCP               bool            `json:"mcp,omitempty"`
 }
 
 // Options configure Resolve.
@@ -238,6 +244,17 @@ type UnreachableError struct {
 
 func (e *UnreachableError) Error() string { return e.Err.Error() }
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// SessionLostError is a session that died with its server (restarted,
+// reaped, or the connection cut mid-episode): a new session for the same
+// task may succeed.
+type SessionLostError struct {
+	Target string
+	Err    error
+}
+
+func (e *SessionLostError) Error() string { return e.Err.Error() }
+func (e *SessionLostError) Unwrap() error { return e.Err }
 
 // SplitError is a split the env does not have.
 type SplitError struct {

@@ -186,7 +186,19 @@ func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Protocol: OpenEnv}
+	l := &Listing{Protocol: OpenEnv, MCP: e.mcp}
+	meta, err := e.client.Metadata(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.Metadata, err = json.Marshal(meta); err != nil {
+		return nil, err
+	}
+	schema, err := e.client.Schema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.ActionSchema, l.ObservationSchema = schema.Action, schema.Observation
 	for _, i := range idx {
 		kwargs, prompt, err := e.task(q.Split, i)
 		if err != nil {
@@ -201,7 +213,9 @@ func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 			return nil, err
 		}
 		tools, err := s.Tools(ctx)
-		closeErr := s.Close(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		closeErr := s.Close(cctx)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

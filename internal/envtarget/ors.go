@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ortrain/ortrain/internal/envs"
 	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
@@ -52,7 +55,7 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	if srv.Protocol == envs.ProtocolOpenEnv {
 		e, err := openOpenEnv(ctx, target, srv.URL, name, opts)
 		if err != nil {
-			_ = srv.Stop(context.WithoutCancel(ctx))
+			stopBounded(ctx, srv.Stop)
 			return nil, err
 		}
 		e.stopServer = srv.Stop
@@ -60,12 +63,23 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	}
 	e, err := resolveORS(ctx, target, srv.URL, name, opts)
 	if err != nil {
-		_ = srv.Stop(context.WithoutCancel(ctx))
+		stopBounded(ctx, srv.Stop)
 		return nil, err
 	}
 	oe := e.(*orsEnv)
 	oe.server, oe.stopServer = srv.ORS, srv.Stop
 	return oe, nil
+}
+
+// closeTimeout bounds closing a probe session and stopping a server, also
+// after the caller's context was cancelled.
+const closeTimeout = 10 * time.Second
+
+// stopBounded stops a server with a fresh, bounded context.
+func stopBounded(ctx context.Context, stop func(context.Context) error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = stop(sctx)
 }
 
 // resolveORS builds an ORS client for url (target is what the user wrote).
@@ -212,7 +226,9 @@ func (e *orsEnv) tools(ctx context.Context, split string, index int) ([]ListedTo
 		return nil, fmt.Errorf("probe session for task-scoped tools: %w", err)
 	}
 	all, err := s.Tools(ctx)
-	closeErr := s.Close(context.WithoutCancel(ctx))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	closeErr := s.Close(cctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -284,12 +300,16 @@ func toolSpec(t ors.ToolSpec) ToolSpec {
 	return ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
 }
 
-// wrapORS marks an unreachable server with the neutral type rollouts
-// classify; everything else passes through.
+// wrapORS marks an unreachable server and a lost session with the neutral
+// types rollouts classify; everything else passes through.
 func wrapORS(target string, err error) error {
 	var ue *ors.UnreachableError
-	if errors.As(err, &ue) {
+	var lost *ors.SessionTerminatedError
+	switch {
+	case errors.As(err, &ue):
 		return &UnreachableError{Target: target, Err: err}
+	case errors.As(err, &lost), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF):
+		return &SessionLostError{Target: target, Err: err}
 	}
 	return err
 }

@@ -150,8 +150,8 @@ func TestRoundMetrics(t *testing.T) {
 	assert.InDelta(t, 1.0/3, m.ToolFailureFrequency, 1e-12)
 	assert.Equal(t, 1, m.Unscorable)
 	mp := m.Map()
-	assert.InDelta(t, 0.5, mp["rewards/echo/mean"], 1e-12)
-	assert.InDelta(t, 0.5, mp["rewards/letters/mean"], 1e-12)
-	_, hasStd := mp["rewards/letters/std"]
+	assert.InDelta(t, 0.5, mp["env/echo/reward_mean"], 1e-12)
+	assert.InDelta(t, 0.5, mp["env/letters/reward_mean"], 1e-12)
+	_, hasStd := mp["env/letters/reward_std"]
 	assert.False(t, hasStd, "NaN std (one scorable value) is left out")
 }

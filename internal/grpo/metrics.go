@@ -114,8 +114,10 @@ func (m RoundMetrics) Map() map[string]float64 {
 	}
 	sort.Strings(envs)
 	for _, e := range envs {
-		out["rewards/"+e+"/mean"] = m.PerEnv[e][0]
-		out["rewards/"+e+"/std"] = m.PerEnv[e][1]
+		// Per env under env/, so an env key never collides with a reward
+		// function's rewards/<name>/ metrics.
+		out["env/"+e+"/reward_mean"] = m.PerEnv[e][0]
+		out["env/"+e+"/reward_std"] = m.PerEnv[e][1]
 	}
 	for k, v := range out {
 		if math.IsNaN(v) || math.IsInf(v, 0) {

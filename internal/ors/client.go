@@ -35,6 +35,11 @@ type Options struct {
 	PingTimeout  time.Duration // one ping, retries included, default 30 s
 	ReadTimeout  time.Duration // longest SSE silence, default 30 s
 
+	// RequestTimeout bounds one plain JSON request (each attempt), so a
+	// server that accepts and never answers cannot hang a run (default 5 min:
+	// creating a sandboxed env can take minutes).
+	RequestTimeout time.Duration
+
 	RequestAttempts int // plain JSON requests, default 3 (waits 1 s, 2 s)
 	CallRetries     int // /call stream retries, default 5 (waits 0.5·2^(n-1) s, cap 10 s)
 	CreateRetries   int // /create_session retries, default 3
@@ -75,6 +80,7 @@ func NewClient(target string, opts Options) (*Client, error) {
 	setDefault(&opts.PingInterval, 10*time.Second)
 	setDefault(&opts.PingTimeout, 30*time.Second)
 	setDefault(&opts.ReadTimeout, 30*time.Second)
+	setDefault(&opts.RequestTimeout, 5*time.Minute)
 	setDefaultInt(&opts.RequestAttempts, 3)
 	setDefaultInt(&opts.CallRetries, 5)
 	setDefaultInt(&opts.CreateRetries, 3)
@@ -114,6 +120,9 @@ func NewTransport() *http.Transport {
 	tr.MaxIdleConnsPerHost = 8192
 	tr.MaxConnsPerHost = 0
 	tr.IdleConnTimeout = 50 * time.Second
+	// Headers of every answer (SSE streams included) come at once; a server
+	// that accepts and stays silent is an error, not a hang.
+	tr.ResponseHeaderTimeout = 60 * time.Second
 	return tr
 }
 
@@ -249,6 +258,9 @@ func (c *Client) url(req request) string {
 
 // once sends req a single time and returns the body of a 2xx answer.
 func (c *Client) once(ctx context.Context, req request) ([]byte, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.RequestTimeout,
+		fmt.Errorf("%s %s: no answer within %s: %w", req.method, c.url(req), c.opts.RequestTimeout, context.DeadlineExceeded))
+	defer cancel()
 	var rd io.Reader
 	if req.body != nil {
 		b, err := MarshalJSON(req.body)

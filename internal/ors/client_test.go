@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,3 +299,39 @@ func TestToolOutputJSON(t *testing.T) {
 }
 
 func nanValue() float64 { zero := 0.0; return zero / zero }
+
+// A server that accepts connections and never answers: every plain request
+// ends at its deadline with an error naming the request (issue 14).
+func TestHungServerHitsTheRequestDeadline(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	c, err := ors.NewClient("http://"+l.Addr().String(), ors.Options{RequestTimeout: 200 * time.Millisecond, RequestAttempts: 1})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = c.NumTasks(context.Background(), "train")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "no answer within 200ms")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Greater(t, ors.NewTransport().ResponseHeaderTimeout, time.Duration(0), "the shared transport bounds silent servers too")
+}

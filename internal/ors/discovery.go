@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // discover runs a stateless request; on the hosted platform it is wrapped
@@ -18,7 +19,12 @@ func (c *Client) discover(ctx context.Context, req request, out any) error {
 		if err != nil {
 			return err
 		}
-		defer c.deleteSession(context.WithoutCancel(ctx), sid)
+		defer func() {
+			// The ephemeral session is deleted even after cancellation, bounded.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			c.deleteSession(dctx, sid)
+		}()
 		req.sid = sid
 	}
 	return c.do(ctx, req, out)

@@ -6,6 +6,8 @@ package rollout
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,9 +45,19 @@ type ChatSpec struct {
 }
 
 func (c ChatSpec) newConversation(system, user string, tools []envtarget.ToolSpec) (*chat.Conversation, error) {
+	ct := chatTools(tools)
+	rendered := ct
 	if c.HideTools {
-		tools = nil
+		rendered = nil
 	}
+	// The offered tools' schemas type the model's arguments even when the
+	// prompt does not show them.
+	return chat.NewConversation(c.Tokenizer, c.Template, user, chat.ConversationOptions{
+		System: system, Tools: rendered, ParseTools: ct, Kwargs: c.Kwargs, Policy: c.Policy, Format: c.Format,
+	})
+}
+
+func chatTools(tools []envtarget.ToolSpec) []chat.Tool {
 	ct := make([]chat.Tool, len(tools))
 	for i, t := range tools {
 		params := t.InputSchema
@@ -54,9 +66,22 @@ func (c ChatSpec) newConversation(system, user string, tools []envtarget.ToolSpe
 		}
 		ct[i] = chat.Tool{Name: t.Name, Description: t.Description, Parameters: params}
 	}
-	return chat.NewConversation(c.Tokenizer, c.Template, user, chat.ConversationOptions{
-		System: system, Tools: ct, Kwargs: c.Kwargs, Policy: c.Policy, Format: c.Format,
-	})
+	return ct
+}
+
+// toolsDigest is the sha256 of the tool definitions the template rendered
+// into the prompt ("" when none were), so a reader can tell which tool set,
+// task-scoped tools included, reached the model.
+func toolsDigest(tools []chat.Tool) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // stopIDs end a turn: every end-of-turn id of the tokenizer.
@@ -76,6 +101,9 @@ const (
 	OutcomeTimeout     Outcome = "timeout"
 	OutcomeGenError    Outcome = "generation_error"
 	OutcomeCanceled    Outcome = "canceled"
+	// OutcomeRewardError: a reward function failed for the rollout (an
+	// http scorer down, an expression that failed); never scored as 0.
+	OutcomeRewardError Outcome = "reward_error"
 )
 
 // Outcomes lists every outcome, so counters can report the ones that did
@@ -83,7 +111,7 @@ const (
 func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeDone, OutcomeStopped, OutcomeIterations, OutcomeTruncated, OutcomeBudget,
-		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled,
+		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError,
 	}
 }
 
@@ -91,7 +119,7 @@ func Outcomes() []Outcome {
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
 	switch o {
-	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled:
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError:
 		return true
 	}
 	return false
@@ -106,6 +134,8 @@ type Turn struct {
 	Reward    *float64   `json:"reward,omitempty"`
 	Finished  bool       `json:"finished,omitempty"`
 	Error     string     `json:"error,omitempty"`
+	// FormatError: an assistant turn wrote a tool call that did not parse.
+	FormatError bool `json:"format_error,omitempty"`
 }
 
 // TurnCall is a tool call as written to trajectories.jsonl.
@@ -148,7 +178,19 @@ type Trajectory struct {
 	Divergences int
 	Outcome     Outcome
 	Err         error
-	Duration    time.Duration
+	// ToolsOffered names the tools the session offered; ToolsRendered says
+	// whether the prompt showed them, ToolsSHA256 which definitions it showed.
+	ToolsOffered  []string
+	ToolsRendered bool
+	ToolsSHA256   string
+	// PromptText is the rendered prompt (with Options.LogPrompts).
+	PromptText string
+	// Metadata is the last metadata the env returned with a tool output.
+	Metadata json.RawMessage
+	// Retries counts the attempts rerun because the session died with its
+	// server (the trajectory is the last attempt's).
+	Retries  int
+	Duration time.Duration
 	// Phase times, summed over the episode (busy time).
 	GenTime, EnvTime time.Duration
 	// GenSpans and EnvSpans are the episode's generate and env calls as

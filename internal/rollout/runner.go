@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/backoff"
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/envtarget"
@@ -31,13 +32,25 @@ type Options struct {
 	// FinalAnswerTool, when set, receives a plain-text final answer as its
 	// single string argument.
 	FinalAnswerTool string
-	MaxConcurrency  int
-	EpisodeTimeout  time.Duration
-	CallTimeout     time.Duration
+	// EnvChat overrides SystemPrompt, FinalAnswerTool and the chat spec's
+	// HideTools and Kwargs for the rollouts of env i (nil: none do).
+	EnvChat        []*EnvChat
+	MaxConcurrency int
+	EpisodeTimeout time.Duration
+	CallTimeout    time.Duration
 	// CloseTimeout bounds closing a session, also after cancellation.
 	CloseTimeout time.Duration
-	Seed         int64
-	Logger       zerolog.Logger
+	// MaxRetries reruns a rollout whose session died with its server (new
+	// session, same task and seed) up to this many times; an unreachable
+	// env is retried until it has been down for EnvDownTimeout. Waits start
+	// at RetryBackoff and double, capped at 30 s.
+	MaxRetries     int
+	RetryBackoff   time.Duration
+	EnvDownTimeout time.Duration
+	// LogPrompts keeps each rollout's rendered prompt in its trajectory.
+	LogPrompts bool
+	Seed       int64
+	Logger     zerolog.Logger
 }
 
 // Runner runs rollouts against a set of environments.
@@ -105,11 +118,46 @@ func (r *Runner) RunAll(ctx context.Context, tasks []Task, onDone func(*Trajecto
 	return out
 }
 
-// Run runs one episode.
+// Run runs one episode. A rollout whose session died with its server is
+// run again from the start with a new session (same task, same seed), so
+// an env restart costs time, not samples.
 func (r *Runner) Run(ctx context.Context, task Task, seed int64) *Trajectory {
 	start := time.Now()
+	b := backoff.New(r.opts.RetryBackoff, 30*time.Second)
+	b.Jitter, b.Name, b.Logger, b.LogOver = 0.2, "rollout retry", r.opts.Logger, 5*time.Second
+	var downSince time.Time
+	for retries := 0; ; retries++ {
+		tr := r.runOnce(ctx, task, seed)
+		tr.Retries = retries
+		if !r.retry(ctx, tr, retries, &downSince) || b.Wait(ctx) != nil {
+			tr.Duration = time.Since(start)
+			return tr
+		}
+		r.opts.Logger.Warn().Err(tr.Err).Str("outcome", string(tr.Outcome)).Int("task", task.Index).Int("retry", retries+1).Msg("rollout lost its env session; retrying with a new one")
+	}
+}
+
+// retry decides whether a finished attempt is run again.
+func (r *Runner) retry(ctx context.Context, tr *Trajectory, retries int, downSince *time.Time) bool {
+	if ctx.Err() != nil || !tr.Outcome.Failed() || r.opts.RetryBackoff <= 0 {
+		return false
+	}
+	var lost *envtarget.SessionLostError
+	switch {
+	case tr.Outcome == OutcomeUnreachable:
+		if downSince.IsZero() {
+			*downSince = time.Now()
+		}
+		return time.Since(*downSince) < r.opts.EnvDownTimeout
+	case errors.As(tr.Err, &lost):
+		return retries < r.opts.MaxRetries
+	}
+	return false
+}
+
+// runOnce runs one attempt of an episode on a new session.
+func (r *Runner) runOnce(ctx context.Context, task Task, seed int64) *Trajectory {
 	tr := &Trajectory{Task: task}
-	defer func() { tr.Duration = time.Since(start) }()
 	if task.Env < 0 || task.Env >= len(r.envs) {
 		tr.Outcome, tr.Err = OutcomeEnvError, fmt.Errorf("task refers to env %d of %d", task.Env, len(r.envs))
 		return tr
@@ -168,6 +216,30 @@ func (r *Runner) closeSession(sess Session, tr *Trajectory) {
 	}
 }
 
+// EnvChat is how the conversations of one env's rollouts look: the chat
+// settings an env entry can set for itself.
+type EnvChat struct {
+	SystemPrompt    string
+	FinalAnswerTool string
+	HideTools       bool
+	Kwargs          map[string]any
+}
+
+// envChat is the episode's env's own chat settings (nil: the runner's).
+func (e *episode) envChat() *EnvChat {
+	if i := e.tr.Task.Env; i < len(e.r.opts.EnvChat) {
+		return e.r.opts.EnvChat[i]
+	}
+	return nil
+}
+
+func (e *episode) finalAnswerTool() string {
+	if ec := e.envChat(); ec != nil {
+		return ec.FinalAnswerTool
+	}
+	return e.r.opts.FinalAnswerTool
+}
+
 // episode is the state of one running turn loop.
 type episode struct {
 	r     *Runner
@@ -189,13 +261,28 @@ func (e *episode) run(ctx context.Context) error {
 		return err
 	}
 	tr.Prompt, e.tools, e.keep = prompt, tools, -1
-	conv, err := r.chat.newConversation(r.opts.SystemPrompt, prompt, tools)
+	system := r.opts.SystemPrompt
+	chatSpec := r.chat
+	if ec := e.envChat(); ec != nil {
+		system, chatSpec.HideTools, chatSpec.Kwargs = ec.SystemPrompt, ec.HideTools, ec.Kwargs
+	}
+	for _, t := range tools {
+		tr.ToolsOffered = append(tr.ToolsOffered, t.Name)
+	}
+	tr.ToolsRendered = !chatSpec.HideTools && len(tools) > 0
+	if tr.ToolsRendered {
+		tr.ToolsSHA256 = toolsDigest(chatTools(tools))
+	}
+	conv, err := chatSpec.newConversation(system, prompt, tools)
 	if err != nil {
 		tr.Outcome = OutcomeEnvError
 		return fmt.Errorf("render prompt: %w", err)
 	}
 	e.conv = conv
 	promptLen := len(conv.PromptIDs())
+	if r.opts.LogPrompts {
+		tr.PromptText = r.chat.Tokenizer.Decode(conv.PromptIDs(), false)
+	}
 	defer e.snapshot(promptLen)
 	for iter := 0; ; iter++ {
 		ids := conv.IDs()
@@ -217,13 +304,14 @@ func (e *episode) run(ctx context.Context) error {
 		tr.Turns = append(tr.Turns, Turn{Role: "assistant", Text: r.chat.Tokenizer.Decode(res.IDs, false), ToolCalls: turnCalls(msg.ToolCalls)})
 		if res.StopReason == engine.StopLength {
 			tr.Outcome = OutcomeTruncated
-			if r.opts.FinalAnswerTool != "" {
+			if e.finalAnswerTool() != "" {
 				return e.submitFinal(ctx, msg.Content, OutcomeTruncated)
 			}
 			return nil
 		}
 		if perr != nil {
 			tr.FormatErrors++
+			tr.Turns[len(tr.Turns)-1].FormatError = true
 		}
 		actor, textAction := e.sess.(envtarget.TextActor)
 		if len(msg.ToolCalls) == 0 && perr == nil && !textAction {
@@ -299,7 +387,7 @@ func (e *episode) generate(ctx context.Context, ids []int32, budget, iter int) (
 // final-answer tool when one is configured, else the episode simply ends.
 func (e *episode) submitFinal(ctx context.Context, content string, outcome Outcome) error {
 	e.tr.Outcome = outcome
-	tool := e.r.opts.FinalAnswerTool
+	tool := e.finalAnswerTool()
 	if tool == "" {
 		return nil
 	}
@@ -354,10 +442,20 @@ func (e *episode) callTools(ctx context.Context, calls []ToolCall, perr error) (
 		}
 		results = append(results, res)
 	}
-	if perr != nil {
-		// A malformed call is answered, not executed: the model sees why.
+	// A malformed call, or one whose arguments break its tool's schema, is
+	// answered, not executed: the model sees why, the trajectory records it.
+	var failed chat.ToolCallErrors
+	if perr != nil && !errors.As(perr, &failed) {
+		failed = chat.ToolCallErrors{{Reason: perr.Error()}}
+	}
+	for _, pe := range failed {
 		e.tr.ToolFailures++
-		results = append(results, chat.ToolResult{Name: "error", Content: errText(fmt.Errorf("could not parse your tool call: %w", perr))})
+		e.tr.Turns = append(e.tr.Turns, Turn{Role: "tool", Tool: pe.Name, Error: pe.Error()})
+		name := pe.Name
+		if name == "" {
+			name = "error"
+		}
+		results = append(results, chat.ToolResult{ToolCallID: pe.ID, Name: name, Content: errText(fmt.Errorf("could not parse your tool call: %w", pe))})
 	}
 	return results, nil
 }
@@ -392,6 +490,9 @@ func (e *episode) callTool(ctx context.Context, c ToolCall) (chat.ToolResult, er
 	}
 	tr.Rewards = append(tr.Rewards, out.Reward)
 	tr.Turns = append(tr.Turns, Turn{Role: "tool", Tool: c.Name, Text: text, Reward: out.Reward, Finished: out.Finished})
+	if len(out.Metadata) > 0 && string(out.Metadata) != "null" {
+		tr.Metadata = out.Metadata
+	}
 	if out.Finished {
 		e.done = true
 	}

@@ -190,6 +190,10 @@ func TestRolloutAgainstEcho(t *testing.T) {
 				return call("echo", `{"text": "`+targetOf(seen)+`"}`), engine.StopToken, 0
 			},
 			outcome: OutcomeDone, reward: []*float64{ors.Reward(1)}, calls: 1, fails: 1, formatErrors: 1,
+			check: func(t *testing.T, tr *Trajectory) {
+				require.Equal(t, "tool", tr.Turns[1].Role)
+				assert.Contains(t, tr.Turns[1].Error, "is malformed", "the parse failure is in the trajectory")
+			},
 		},
 		{
 			name: "model stops without a tool call",

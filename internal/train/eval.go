@@ -220,7 +220,7 @@ func summarize(trajs []*rollout.Trajectory, envList []*runEnv, agg grpo.RewardAg
 	for i := 0; i < len(trajs); i += n {
 		group := trajs[i : i+n]
 		t0 := group[0].Task
-		te := TaskEval{Env: envList[t0.Env].Name, Split: t0.Split, Index: t0.Index, PassAtK: map[string]float64{}}
+		te := TaskEval{Env: envList[t0.Env].Key, Split: t0.Split, Index: t0.Index, PassAtK: map[string]float64{}}
 		for _, tr := range group {
 			r := agg.Aggregate(tr.Rewards)
 			if tr.Outcome.Failed() {

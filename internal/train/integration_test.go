@@ -16,6 +16,7 @@ import (
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -78,6 +79,7 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	cfg := quickstart(t, out, 4)
 	cfg.GRPO.SaveSteps = 2
+	cfg.Logging.TensorBoard = true
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 
 	res, err := Run(context.Background(), cfg, RunOptions{Logger: log, Getenv: func(string) string { return "" }, Version: "test"})
@@ -98,7 +100,7 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	for i, m := range metrics {
 		assert.Equal(t, float64(i+1), m["step"])
 		for _, k := range []string{"reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm", "entropy",
-			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "rewards/letters/mean"} {
+			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "env/letters/reward_mean", "rewards/env/mean"} {
 			assert.Contains(t, m, k, "step %d", i+1)
 		}
 		// Phase wall times fit inside the step; busy times may not.
@@ -111,6 +113,25 @@ func TestQuickstartRunAndResume(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 4*32, countLines(t, filepath.Join(out, "trajectories.jsonl")))
+	// logging.tensorboard: every metric as a scalar, under Trainer's tags.
+	files, err := filepath.Glob(filepath.Join(out, "tb", "events.out.tfevents.*"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	events, err := tfevents.ReadFile(files[0])
+	require.NoError(t, err)
+	tb := map[int64]map[string]float64{}
+	for _, e := range events {
+		for _, sc := range e.Scalars {
+			if tb[e.Step] == nil {
+				tb[e.Step] = map[string]float64{}
+			}
+			tb[e.Step][sc.Tag] = float64(sc.Value)
+		}
+	}
+	for i, m := range metrics {
+		assert.InDelta(t, m["reward"], tb[int64(i+1)]["train/reward"], 1e-6, "step %d", i+1)
+		assert.InDelta(t, m["loss"], tb[int64(i+1)]["train/loss"], 1e-6, "step %d", i+1)
+	}
 	var man manifest
 	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &man))
 	assert.Len(t, man.ModelHash, 64)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -54,11 +55,18 @@ type stepLoopConfig struct {
 	SaveSteps       int
 	LoggingSteps    int
 	MaxFailureFrac  float64
-	TrainTimeout    time.Duration
-	Seed            int64
-	EnvNames        []string
-	Splits          []string
-	Secrets         []map[string]string
+	// Deadlines of the worker's phases: one micro-batch's forward and
+	// backward, one log-prob pass, one optimizer step (0: none).
+	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
+	// Rewards scores every rollout (the env's rewards alone by default).
+	Rewards *reward.Set
+	// MaxFailedToolSteps stops the run after this many consecutive steps in
+	// which every tool call failed (0: never).
+	MaxFailedToolSteps int
+	Seed               int64
+	EnvNames           []string
+	Splits             []string
+	Secrets            []map[string]string
 }
 
 // Shape is the batch relations of grpo-reference.md §1.1 for P = 1.
@@ -91,6 +99,8 @@ type stepLoop struct {
 	// done is the loop as of the last completed optimizer step: what a
 	// checkpoint holds, and what a failed or interrupted step rolls back to.
 	done snapshot
+	// failedToolRounds counts consecutive rounds in which every tool call failed.
+	failedToolRounds int
 	// pending holds the trajectories of the step in progress; they reach
 	// OnTrajectory only once the step completes, so the log never holds
 	// rollouts that were not trained on.
@@ -105,9 +115,16 @@ type stepLoop struct {
 
 // NewLoop wires the loop.
 func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p trainPolicy, g weightSyncer, log zerolog.Logger) *stepLoop {
-	return &stepLoop{
+	if cfg.Rewards == nil {
+		// The env's rewards alone: the default list always compiles.
+		cfg.Rewards, _ = reward.Compile(nil, reward.Options{Aggregation: cfg.Aggregation})
+	}
+	l := &stepLoop{
 		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
 	}
+	// Step 0 is a boundary too: a failed first step rolls back to it.
+	l.done = snapshot{state: State{Sampler: sampler.State()}}
+	return l
 }
 
 // Step returns the number of optimizer steps taken.
@@ -238,7 +255,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		}
 		mb := l.round[l.microStep%l.cfg.Shape.S]
 		t0 := time.Now()
-		st, err := l.withTimeout(ctx, func(c context.Context) (worker.LossStats, error) { return l.policy.ForwardBackward(c, mb, l.cfg.Loss) })
+		var st worker.LossStats
+		err := withDeadline(ctx, l.cfg.StepTimeout, func(c context.Context) (err error) {
+			st, err = l.policy.ForwardBackward(c, mb, l.cfg.Loss)
+			return err
+		})
 		m.TrainTime += time.Since(t0)
 		if err != nil {
 			return m, fmt.Errorf("step %d micro-step %d: forward/backward: %w", l.step+1, l.microStep, err)
@@ -248,7 +269,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	lr := l.cfg.Schedule(l.step)
 	t0 := time.Now()
-	gn, err := l.policy.OptimizerStep(ctx, lr)
+	var gn float64
+	err = withDeadline(ctx, l.cfg.OptimizerTimeout, func(c context.Context) (err error) {
+		gn, err = l.policy.OptimizerStep(c, lr)
+		return err
+	})
 	m.TrainTime += time.Since(t0)
 	if err != nil {
 		return m, &OptimizerError{Step: l.step + 1, Err: err}
@@ -267,10 +292,12 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	return m, nil
 }
 
-func (l *stepLoop) withTimeout(ctx context.Context, f func(context.Context) (worker.LossStats, error)) (worker.LossStats, error) {
-	if l.cfg.TrainTimeout > 0 {
+// withDeadline runs f under its own deadline (none when d is 0); a worker
+// call past it returns an error instead of hanging the run.
+func withDeadline(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	if d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.TrainTimeout)
+		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
 	return f(ctx)
@@ -294,7 +321,17 @@ func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	samples, failures := l.toSamples(trajs, m)
+	scores, err := scoreRollouts(ctx, l.cfg.Rewards, trajs, l.cfg.EnvNames)
+	if err != nil {
+		return err
+	}
+	for k, v := range l.cfg.Rewards.Metrics(scores) {
+		m.Extra[k] = v
+	}
+	samples, failures := l.toSamples(trajs, scores, m)
+	if err := l.checkToolFailures(trajs); err != nil {
+		return err
+	}
 	if frac := float64(failures) / float64(len(trajs)); frac > l.cfg.MaxFailureFrac {
 		return fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
 			ErrTooManyFailures, failures, len(trajs), firstFailure(trajs), l.cfg.MaxFailureFrac)
@@ -339,7 +376,11 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 	t0 := time.Now()
 	defer func() { m.TrainTime += time.Since(t0) }()
 	if l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) {
-		old, err := l.policy.Logprobs(ctx, rows, l.cfg.Loss.Temperature, false)
+		var old [][]float32
+		err := withDeadline(ctx, l.cfg.LogprobTimeout, func(c context.Context) (err error) {
+			old, err = l.policy.Logprobs(c, rows, l.cfg.Loss.Temperature, false)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("old log-probs: %w", err)
 		}
@@ -348,7 +389,11 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 		}
 	}
 	if l.cfg.Loss.Beta > 0 {
-		ref, err := l.policy.Logprobs(ctx, rows, l.cfg.Loss.Temperature, true)
+		var ref [][]float32
+		err := withDeadline(ctx, l.cfg.LogprobTimeout, func(c context.Context) (err error) {
+			ref, err = l.policy.Logprobs(c, rows, l.cfg.Loss.Temperature, true)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("reference log-probs: %w", err)
 		}
@@ -370,7 +415,7 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 
 // toSamples turns trajectories into grpo samples: rewards aggregated per
 // rollout, failed rollouts unscorable (NaN).
-func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grpo.Sample, int) {
+func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores, m *StepMetrics) ([]grpo.Sample, int) {
 	samples := make([]grpo.Sample, len(trajs))
 	failures := 0
 	m.Outcomes = map[string]int{}
@@ -382,7 +427,7 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grp
 			ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
 			Truncated: t.Outcome == rollout.OutcomeTruncated,
 			Env:       l.cfg.EnvNames[t.Task.Env],
-			Reward:    l.cfg.Aggregation.Aggregate(t.Rewards),
+			Reward:    scores[i].Total,
 		}
 		if t.Outcome.Failed() || len(t.Tokens) == 0 {
 			failures++
@@ -398,6 +443,43 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, m *StepMetrics) ([]grp
 		samples[i] = s
 	}
 	return samples, failures
+}
+
+// ErrToolsFailing stops a run in which every tool call failed for
+// rollout.max_failed_tool_steps steps in a row: a misconfigured tool (a
+// wrong final_answer_tool, a schema the model cannot meet) would otherwise
+// train on nothing but errors and exit 0.
+var ErrToolsFailing = errors.New("every tool call failed")
+
+// checkToolFailures warns about a round in which every tool call failed,
+// naming the error, and stops after MaxFailedToolSteps such rounds in a row.
+func (l *stepLoop) checkToolFailures(trajs []*rollout.Trajectory) error {
+	calls, failed := 0, 0
+	example := ""
+	for _, t := range trajs {
+		for _, turn := range t.Turns {
+			if turn.Role != "tool" {
+				continue
+			}
+			calls++
+			if turn.Error != "" {
+				failed++
+				if example == "" {
+					example = turn.Error
+				}
+			}
+		}
+	}
+	if calls == 0 || failed < calls {
+		l.failedToolRounds = 0
+		return nil
+	}
+	l.failedToolRounds++
+	l.log.Warn().Int("tool_calls", calls).Int("rounds_in_a_row", l.failedToolRounds).Str("error", example).Msg("every tool call of this round failed")
+	if n := l.cfg.MaxFailedToolSteps; n > 0 && l.failedToolRounds >= n {
+		return fmt.Errorf("%w in %d rounds in a row (rollout.max_failed_tool_steps is %d); the last error: %s", ErrToolsFailing, l.failedToolRounds, n, example)
+	}
+	return nil
 }
 
 func firstFailure(trajs []*rollout.Trajectory) string {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -286,4 +287,69 @@ func TestPendingRoundRoundTrips(t *testing.T) {
 	none, err := readRound(t.TempDir())
 	require.NoError(t, err)
 	assert.Nil(t, none)
+}
+
+// blockingPolicy blocks in the phase named by block until its context ends,
+// as a hung worker call would.
+type blockingPolicy struct {
+	recordingPolicy
+	block string // "forward", "logprobs" or "optimizer"
+}
+
+func (p *blockingPolicy) wait(ctx context.Context, phase string) error {
+	if p.block != phase {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (p *blockingPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
+	if err := p.wait(ctx, "logprobs"); err != nil {
+		return nil, err
+	}
+	return p.recordingPolicy.Logprobs(ctx, rows, temperature, ref)
+}
+
+func (p *blockingPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error) {
+	if err := p.wait(ctx, "forward"); err != nil {
+		return worker.LossStats{}, err
+	}
+	return p.recordingPolicy.ForwardBackward(ctx, mb, cfg)
+}
+
+func (p *blockingPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
+	if err := p.wait(ctx, "optimizer"); err != nil {
+		return 0, err
+	}
+	return p.recordingPolicy.OptimizerStep(ctx, lr)
+}
+
+// Each worker phase has its own deadline: a call blocked past it ends the
+// step with an error (and a rollback) instead of hanging the run (issue 14).
+func TestWorkerPhasesHaveDeadlines(t *testing.T) {
+	for _, phase := range []string{"forward", "logprobs", "optimizer"} {
+		t.Run(phase, func(t *testing.T) {
+			// num_iterations 2 computes old log-probs, so the log-prob phase runs.
+			shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 2}
+			s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+			require.NoError(t, err)
+			p := &blockingPolicy{block: phase}
+			cfg := stepLoopConfig{
+				Shape: shape, Loss: grpo.DefaultLossConfig(), Scale: grpo.ScaleGroup, Aggregation: grpo.RewardLast,
+				MaxSteps: 3, Schedule: func(int) float64 { return 1e-3 }, LoggingSteps: 1, MaxFailureFrac: 0.5,
+				EnvNames: []string{"letters"}, Splits: []string{"train"}, Secrets: []map[string]string{nil},
+				StepTimeout: 50 * time.Millisecond, LogprobTimeout: 50 * time.Millisecond, OptimizerTimeout: 50 * time.Millisecond,
+			}
+			loop := newStepLoop(cfg, s, &roundRollouts{}, p, &noSync{}, zerolog.Nop())
+			start := time.Now()
+			err = loop.Run(context.Background())
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Less(t, time.Since(start), 5*time.Second)
+			assert.Equal(t, 0, loop.Step(), "the step did not complete")
+			if phase != "optimizer" {
+				assert.Equal(t, 1, p.discards, "its gradients were discarded")
+			}
+		})
+	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -31,14 +34,15 @@ type RunOptions struct {
 	// Overwrite starts afresh in an output_dir that holds an earlier run,
 	// deleting its metrics, trajectories and checkpoints.
 	Overwrite bool
+	// ResumeWithChanges accepts a resume whose config changes the batch or
+	// the model, and records the change in the run directory.
+	ResumeWithChanges bool
 	// OnStart reports the total number of optimizer steps and the first
 	// step (after a resume), for progress bars.
 	OnStart   func(total, first int)
 	OnMetrics func(StepMetrics)
 	// OnRollout is called as each rollout finishes.
 	OnRollout func(*rollout.Trajectory)
-	// SaveTimeout bounds the checkpoint written on interrupt.
-	SaveTimeout time.Duration
 	// Executable and Environ are used to launch vLLM replicas (engine.kind vllm).
 	Executable string
 	Environ    []string
@@ -101,15 +105,37 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 
 // runPlan is what a run decides before it loads anything.
 type runPlan struct {
-	shape     config.BatchShape
-	loss      grpo.LossConfig
-	resumeDir string // "" for a fresh run
+	shape      config.BatchShape
+	loss       grpo.LossConfig
+	resumeDir  string // "" for a fresh run
+	resumeStep int
+	changes    []config.Change // accepted by --resume-with-changes
 }
 
 // planRun validates the batch and loss settings and prepares output_dir:
 // it refuses to mix a new run into an earlier one and finds the checkpoint
 // to resume from.
 func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
+	p, err := planRunChecks(cfg, ro)
+	if err != nil {
+		return p, err
+	}
+	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
+		return p, fmt.Errorf("create output_dir: %w", err)
+	}
+	if p.changes != nil {
+		if err := recordResumeChanges(cfg.OutputDir, p.resumeStep, p.changes); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// planRunChecks is planRun without side effects (--dry-run runs it too):
+// batch and loss settings, output_dir free or resumable, and on --resume a
+// checkpoint to continue from and no change to what shapes the batch or
+// the model unless --resume-with-changes.
+func planRunChecks(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	var p runPlan
 	if len(cfg.Envs) == 0 {
 		return p, &config.FieldError{Field: "envs", Value: "[]", Allowed: "at least one environment (a URL, Owner/Env or builtin:NAME)"}
@@ -121,19 +147,37 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if p.loss, err = cfg.GRPO.LossConfig(); err != nil {
 		return p, err
 	}
-	if ro.Resume {
-		// Before anything is created: --resume without a checkpoint leaves no trace.
-		if p.resumeDir, _, err = LatestCheckpoint(cfg.OutputDir); err != nil {
-			return p, fmt.Errorf("--resume: %w", err)
-		}
-	}
 	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
 		return p, err
 	}
-	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
-		return p, fmt.Errorf("create output_dir: %w", err)
+	if !ro.Resume {
+		return p, nil
+	}
+	if p.resumeDir, p.resumeStep, err = LatestCheckpoint(cfg.OutputDir); err != nil {
+		return p, fmt.Errorf("--resume: %w", err)
+	}
+	saved, err := config.LoadFile(filepath.Join(cfg.OutputDir, "config.yaml"))
+	if err != nil {
+		return p, fmt.Errorf("--resume: read the run's config.yaml: %w", err)
+	}
+	if ch := config.ResumeChanges(saved, cfg); len(ch) > 0 {
+		if !ro.ResumeWithChanges {
+			return p, &config.ResumeChangedError{Changes: ch}
+		}
+		p.changes = ch
 	}
 	return p, nil
+}
+
+// recordResumeChanges appends what --resume-with-changes changed to the run
+// directory's resume-changes.jsonl, so the run's history stays readable.
+func recordResumeChanges(dir string, step int, changes []config.Change) error {
+	w, err := openJSONL(filepath.Join(dir, "resume-changes.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	return w.Write(map[string]any{"time": time.Now().UTC().Format(time.RFC3339), "resumed_at_step": step, "changes": changes})
 }
 
 // newRunLoop builds the task sampler and the loop over the stack, restored
@@ -152,6 +196,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	loopCfg.Rewards = st.rewards
 	loop := newStepLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
 	if plan.resumeDir == "" {
 		return loop, nil
@@ -179,7 +224,7 @@ func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *ste
 	res.Steps = loop.Step()
 	var optErr *OptimizerError
 	if loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr) {
-		saveCtx, cancel := context.WithTimeout(context.Background(), max(ro.SaveTimeout, 2*time.Minute))
+		saveCtx, cancel := context.WithTimeout(context.Background(), cfg.Worker.SaveTimeout)
 		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, p)
 		cancel()
 		switch {
@@ -318,9 +363,29 @@ func rolloutOptions(cfg *config.Config, log zerolog.Logger) rollout.Options {
 		MaxConcurrency:      cfg.Rollout.MaxConcurrency,
 		EpisodeTimeout:      cfg.Rollout.EpisodeTimeout,
 		CallTimeout:         cfg.Rollout.CallTimeout,
+		MaxRetries:          cfg.Rollout.MaxRetries,
+		RetryBackoff:        cfg.Rollout.RetryBackoff,
+		EnvDownTimeout:      cfg.Rollout.EnvDownTimeout,
+		EnvChat:             envChats(cfg),
+		LogPrompts:          cfg.Logging.LogPrompts,
 		Seed:                cfg.Seed,
 		Logger:              log.With().Str("component", "rollout").Logger(),
 	}
+}
+
+// envChats are the env entries' own chat settings (nil where an entry
+// overrides nothing).
+func envChats(cfg *config.Config) []*rollout.EnvChat {
+	out := make([]*rollout.EnvChat, len(cfg.Envs))
+	for i, e := range cfg.Envs {
+		c := e.Chat
+		if c.SystemPrompt == nil && c.FinalAnswerTool == nil && c.RenderTools == nil && c.TemplateKwargs == nil {
+			continue
+		}
+		ec := cfg.EnvChat(i)
+		out[i] = &rollout.EnvChat{SystemPrompt: ec.SystemPrompt, FinalAnswerTool: ec.FinalAnswerTool, HideTools: !ec.RenderTools, Kwargs: ec.TemplateKwargs}
+	}
+	return out
 }
 
 // loopConfig derives the step budget and LR schedule.
@@ -355,12 +420,14 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		Shape: roundShape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
 		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
-		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, TrainTimeout: cfg.Engine.GenerateTimeout, Seed: cfg.Seed,
+		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed,
+		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,
+		MaxFailedToolSteps: cfg.Rollout.MaxFailedToolSteps,
 		// Sampler log-probs from another engine reweight the loss (TIS/MIS).
 		UseSamplerLogps: cfg.Engine.Kind == "vllm" && g.VLLMISCorrection,
 	}
 	for _, e := range envList {
-		lc.EnvNames = append(lc.EnvNames, e.Name)
+		lc.EnvNames = append(lc.EnvNames, e.Key)
 		lc.Splits = append(lc.Splits, e.Config.Split)
 		lc.Secrets = append(lc.Secrets, e.Config.Secrets)
 	}
@@ -425,6 +492,8 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 // runDir holds the run directory's open files.
 type runDir struct {
 	metrics, trajectories *jsonlWriter
+	// tb writes every metric as TensorBoard scalars (logging.tensorboard).
+	tb *tfevents.Writer
 }
 
 func (r *runDir) close() {
@@ -432,6 +501,23 @@ func (r *runDir) close() {
 	if r.trajectories != nil {
 		r.trajectories.Close()
 	}
+	if r.tb != nil {
+		r.tb.Close()
+	}
+}
+
+// writeMetrics appends one step to metrics.jsonl and, with TensorBoard on,
+// to RUN_DIR/tb under Hugging Face Trainer's tag names (train/reward, …).
+func (r *runDir) writeMetrics(step int, m map[string]float64) error {
+	err := r.metrics.Write(m)
+	if r.tb != nil {
+		if terr := r.tb.AddScalars(step, time.Now(), tfevents.TrainerTags(m)); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		} else if terr := r.tb.Flush(); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tensorboard: %w", terr))
+		}
+	}
+	return err
 }
 
 // openRunDir writes config.yaml and manifest.json and opens the JSONL logs
@@ -456,7 +542,8 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOp
 		Model: modelDir, ModelHash: hash, Seed: cfg.Seed, StartedAt: time.Now().UTC().Format(time.RFC3339),
 	}
 	for _, e := range envList {
-		man.Envs = append(man.Envs, manifestEnv{Target: e.Config.Target, Name: e.Name, Split: e.Config.Split, Indices: e.Indices})
+		man.Envs = append(man.Envs, manifestEnv{Key: e.Key, Target: e.Config.Target, Name: e.Name, Protocol: string(e.Conn.Protocol()),
+			Split: e.Config.Split, Indices: e.Indices, Secrets: e.Config.SecretNames()})
 	}
 	if err := writeJSONAtomic(filepath.Join(cfg.OutputDir, "manifest.json"), man); err != nil {
 		return nil, err
@@ -473,9 +560,16 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOp
 	if rd.metrics, err = openJSONL(metrics); err != nil {
 		return nil, err
 	}
+	if cfg.Logging.TensorBoard {
+		// A resumed run adds a new event file; TensorBoard reads them all.
+		if rd.tb, err = tfevents.Create(filepath.Join(cfg.OutputDir, "tb")); err != nil {
+			rd.metrics.Close()
+			return nil, err
+		}
+	}
 	if cfg.Logging.LogCompletions {
 		if rd.trajectories, err = openJSONL(trajectories); err != nil {
-			rd.metrics.Close()
+			rd.close()
 			return nil, err
 		}
 	}
@@ -490,7 +584,7 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 			res.First = m
 		}
 		res.Last = m
-		if err := rd.metrics.Write(m.Map()); err != nil {
+		if err := rd.writeMetrics(m.Step, m.Map()); err != nil {
 			ro.Logger.Error().Err(err).Msg("write metrics.jsonl")
 		}
 		if ro.OnMetrics != nil {
@@ -505,6 +599,8 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 		}
 	}
 	loop.Checkpoint = func(ctx context.Context, step int) error {
+		ctx, cancel := context.WithTimeout(ctx, cfg.Worker.SaveTimeout)
+		defer cancel()
 		path, err := saveCheckpoint(ctx, cfg.OutputDir, loop, p)
 		if err == nil {
 			res.Checkpoint, res.savedStep = path, step
@@ -528,27 +624,58 @@ type CheckReport struct {
 }
 
 // Check loads what a run would load — the model, its tokenizer and chat
-// template, every env, the worker with the model — and releases it again
-// (for --dry-run). report is called after each part that passed.
-func Check(ctx context.Context, cfg *config.Config, getenv func(string) string, log zerolog.Logger, report func(part, detail string)) error {
-	dir, err := PrepareModel(cfg, getenv, log)
+// template, every env and the tools the config names, the worker with the
+// model, vLLM when engine.kind is vllm — and checks output_dir as the run
+// would (for --dry-run). It creates nothing: a model the preset would
+// create is made in a temporary directory. report is called after each
+// part that passed.
+func Check(ctx context.Context, cfg *config.Config, ro RunOptions, report func(part, detail string)) error {
+	if _, err := planRunChecks(cfg, ro); err != nil {
+		return err
+	}
+	report("output", cfg.OutputDir)
+	set, err := compileRewards(cfg)
 	if err != nil {
 		return err
 	}
-	report("model", dir)
+	report("rewards", strings.Join(set.Names(), ", "))
+	probe := *cfg
+	if _, err := os.Stat(cfg.Model); cfg.InitModelPreset != "" && errors.Is(err, os.ErrNotExist) {
+		tmp, err := os.MkdirTemp("", "ortrain-dry-run-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		probe.Model = filepath.Join(tmp, "model")
+	}
+	dir, err := PrepareModel(&probe, ro.Getenv, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	if probe.Model != cfg.Model {
+		report("model", fmt.Sprintf("%s (would be created from init_model_preset %s)", cfg.Model, cfg.InitModelPreset))
+	} else {
+		report("model", dir)
+	}
 	if _, err := LoadChat(dir, cfg.Chat); err != nil {
 		return err
 	}
 	report("tokenizer", "and chat template")
-	envList, err := connectEnvs(ctx, cfg.Envs, getenv, log)
+	envList, err := connectEnvs(ctx, cfg.Envs, ro.Getenv, ro.Logger)
 	if err != nil {
 		return err
 	}
 	defer closeEnvs(envList)
-	for _, e := range envList {
-		report("env", fmt.Sprintf("%s (%s split %s, %d tasks)", e.Name, e.Config.Target, e.Config.Split, len(e.Indices)))
+	if err := checkFinalAnswerTools(ctx, cfg, envList); err != nil {
+		return err
 	}
-	lib, p, err := loadPolicy(ctx, cfg, dir, "", false, getenv, zerolog.Nop())
+	for _, e := range envList {
+		report("env", fmt.Sprintf("%s (%s over %s, split %s, %d tasks)", e.Key, e.Config.Target, e.Conn.Protocol(), e.Config.Split, len(e.Indices)))
+	}
+	if err := checkVLLM(cfg, ro); err != nil {
+		return err
+	}
+	lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.Getenv, zerolog.Nop())
 	if err != nil {
 		return err
 	}
@@ -557,5 +684,26 @@ func Check(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	report("worker", "loaded the model on "+cfg.Worker.Device)
+	return nil
+}
+
+// checkVLLM: with engine.kind vllm and no vllm_urls, the command that
+// launches replicas must exist.
+func checkVLLM(cfg *config.Config, ro RunOptions) error {
+	e := cfg.Engine
+	if e.Kind != "vllm" || len(e.VLLMURLs) > 0 {
+		return nil
+	}
+	cmd := e.VLLMCommand
+	if len(cmd) == 0 {
+		cmd = []string{"vllm"}
+	}
+	if cmd[0] == "ortrain" || cmd[0] == ro.Executable {
+		return nil
+	}
+	if _, err := exec.LookPath(cmd[0]); err != nil {
+		return &config.FieldError{Field: "engine.vllm_command", Value: strings.Join(cmd, " "),
+			Allowed: fmt.Sprintf("a command on PATH (%v): install vLLM (pip install vllm), give engine.vllm_urls, or use [ortrain, serve-engine]", err)}
+	}
 	return nil
 }

@@ -37,10 +37,14 @@ type manifest struct {
 
 // ManifestEnv is one env of the run with the task indices it draws from.
 type manifestEnv struct {
-	Target  string `json:"target"`
-	Name    string `json:"name"`
-	Split   string `json:"split"`
-	Indices []int  `json:"indices"`
+	Key      string `json:"key"`
+	Target   string `json:"target"`
+	Name     string `json:"name"`
+	Protocol string `json:"protocol"`
+	Split    string `json:"split"`
+	Indices  []int  `json:"indices"`
+	// Secrets are the names of the secrets the env was given, never values.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // WriteJSONAtomic writes v as indented JSON through a temp file and rename.

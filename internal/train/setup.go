@@ -6,62 +6,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
-
-// runEnv is one configured environment, connected.
-type runEnv struct {
-	Config config.EnvConfig
-	Name   string // for metrics: the built-in name, the catalog name or the URL
-	Conn   envtarget.Env
-	// Indices are the task indices of Config.Split the run draws from.
-	Indices []int
-}
-
-// connectEnvs resolves every env target (serving builtin ones on loopback)
-// and selects each env's task indices. Close the returned envs.
-func connectEnvs(ctx context.Context, cfgs []config.EnvConfig, getenv func(string) string, log zerolog.Logger) ([]*runEnv, error) {
-	var out []*runEnv
-	fail := func(err error) ([]*runEnv, error) {
-		closeEnvs(out)
-		return nil, err
-	}
-	for i, ec := range cfgs {
-		conn, err := envtarget.Resolve(ctx, ec.Target, envtarget.Options{Getenv: getenv, Logger: log})
-		if err != nil {
-			return fail(fmt.Errorf("envs[%d] target %q: %w", i, ec.Target, err))
-		}
-		e := &runEnv{Config: ec, Name: conn.Name(), Conn: conn}
-		out = append(out, e)
-		n, err := conn.NumTasks(ctx, ec.Split)
-		if err != nil {
-			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
-		}
-		if e.Indices, err = envtarget.SelectIndices(ec.Split, n, ec.Indices, ec.NumTasks); err != nil {
-			return fail(fmt.Errorf("envs[%d] %s: %w", i, e.Name, err))
-		}
-	}
-	return out, nil
-}
-
-// closeEnvs releases every env (in-process servers included), each bounded.
-func closeEnvs(es []*runEnv) {
-	for _, e := range es {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = e.Conn.Close(ctx)
-		cancel()
-	}
-}
 
 // stack is what a run and an eval build before rolling out: the model, its
 // chat template, the connected envs, the worker with the policy, the
@@ -74,6 +29,7 @@ type stack struct {
 	policy   *workerPolicy
 	gen      engine.Generator
 	runner   *rollout.Runner
+	rewards  *reward.Set
 }
 
 // stackOptions say what differs between a run and an eval.
@@ -95,6 +51,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 			st.close()
 		}
 	}()
+	if st.rewards, err = compileRewards(cfg); err != nil {
+		return nil, err
+	}
 	if st.modelDir, err = PrepareModel(cfg, so.getenv, so.logger); err != nil {
 		return nil, err
 	}
@@ -102,6 +61,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 		return nil, err
 	}
 	if st.envs, err = connectEnvs(ctx, cfg.Envs, so.getenv, so.logger); err != nil {
+		return nil, err
+	}
+	if err = checkFinalAnswerTools(ctx, cfg, st.envs); err != nil {
 		return nil, err
 	}
 	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
@@ -176,6 +138,15 @@ func LoadChat(dir string, cc config.ChatConfig) (rollout.ChatSpec, error) {
 			return spec, &config.FieldError{Field: "chat.tool_call_format", Value: cc.ToolCallFormat, Allowed: err.Error()}
 		}
 		spec.Format = &f
+		return spec, nil
 	}
+	// A template whose tool-call format is unknown would leave every call
+	// the model writes in its content, silently: refuse at startup.
+	f, err := chat.DetectToolCallFormat(tmpl.Source())
+	if err != nil {
+		return spec, &config.FieldError{Field: "chat.tool_call_format", Value: cc.ToolCallFormat,
+			Allowed: fmt.Sprintf("a format set explicitly: the chat template of %s matches none (%v)", dir, err)}
+	}
+	spec.Format = &f
 	return spec, nil
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/ortrain/ortrain/internal/rollout"
 )
 
-// TrajectoryRecord is one line of trajectories.jsonl: what the model saw,
+// trajectoryRecord is one line of trajectories.jsonl: what the model saw,
 // what it did, what the env answered, and what the trainer made of it.
 type trajectoryRecord struct {
 	Step         int            `json:"step"`
@@ -26,9 +26,17 @@ type trajectoryRecord struct {
 	Completion   int            `json:"completion_tokens"`
 	Sampled      int            `json:"sampled_tokens"`
 	Seconds      float64        `json:"seconds"`
+	// The tools the session offered, whether the prompt showed them and a
+	// digest of the definitions it showed (task-scoped tools included).
+	ToolsOffered  []string `json:"tools_offered"`
+	ToolsRendered bool     `json:"tools_rendered"`
+	ToolsSHA256   string   `json:"tools_sha256,omitempty"`
+	// PromptText is the rendered prompt (logging.log_prompts).
+	PromptText string `json:"prompt_text,omitempty"`
+	Retries    int    `json:"retries,omitempty"`
 }
 
-// NewTrajectoryRecord builds the JSONL record of t. A NaN reward (failed
+// newTrajectoryRecord builds the JSONL record of t. A NaN reward (failed
 // rollout) is written as 0 with the outcome saying why.
 func newTrajectoryRecord(step int, t *rollout.Trajectory, reward, adv float64) trajectoryRecord {
 	r := trajectoryRecord{
@@ -37,6 +45,8 @@ func newTrajectoryRecord(step int, t *rollout.Trajectory, reward, adv float64) t
 		Outcome: string(t.Outcome), ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
 		FormatErrors: t.FormatErrors, Divergences: t.Divergences,
 		PromptTokens: t.PromptLen, Completion: max(0, len(t.Tokens)-t.PromptLen), Seconds: t.Duration.Seconds(),
+		ToolsOffered: t.ToolsOffered, ToolsRendered: t.ToolsRendered, ToolsSHA256: t.ToolsSHA256, PromptText: t.PromptText,
+		Retries: t.Retries,
 	}
 	if reward != reward {
 		r.Reward = 0

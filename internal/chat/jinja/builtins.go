@@ -30,6 +30,12 @@ func getAttr(obj Value, name string) (Value, error) {
 		if m := stringMethod(x, name); m != nil {
 			return m, nil
 		}
+	case GroupTuple:
+		if v := pyGetattr(x, name); v != nil {
+			if _, undef := v.(Undefined); !undef {
+				return v, nil
+			}
+		}
 	}
 	return getItem(obj, name)
 }
@@ -172,9 +178,9 @@ func stringMethod(s string, name string) Value {
 	case "split", "rsplit":
 		return str(func(args []Value) (Value, error) { return pySplit(s, args, name == "rsplit") })
 	case "upper":
-		return str(func([]Value) (Value, error) { return strings.ToUpper(s), nil })
+		return str(func([]Value) (Value, error) { return pyUpper(s), nil })
 	case "lower":
-		return str(func([]Value) (Value, error) { return strings.ToLower(s), nil })
+		return str(func([]Value) (Value, error) { return pyLower(s), nil })
 	case "title":
 		return str(func([]Value) (Value, error) { return pyTitle(s), nil })
 	case "capitalize":
@@ -199,17 +205,6 @@ func stringEditMethod(s string, name string) Value {
 				n, _ = toInt(args[2])
 			}
 			return strings.Replace(s, toStr(args[0]), toStr(args[1]), int(n)), nil
-		})
-	case "find":
-		return str(func(args []Value) (Value, error) {
-			if len(args) == 0 {
-				return nil, fmt.Errorf("find takes 1 argument")
-			}
-			i := strings.Index(s, toStr(args[0]))
-			if i < 0 {
-				return int64(-1), nil
-			}
-			return int64(len([]rune(s[:i]))), nil
 		})
 	case "count":
 		return str(func(args []Value) (Value, error) {
@@ -238,7 +233,7 @@ func stringEditMethod(s string, name string) Value {
 			return strings.Join(parts, s), nil
 		})
 	}
-	return nil
+	return moreStringMethod(s, name)
 }
 
 func pySplit(s string, args []Value, fromRight bool) (Value, error) {
@@ -286,32 +281,6 @@ func rsplitN(s, sep string, n int) []string {
 		s = s[:i]
 	}
 	return append([]string{s}, tail...)
-}
-
-func pyTitle(s string) string {
-	var b strings.Builder
-	prevCased := false
-	for _, r := range s {
-		switch {
-		case unicode.IsLetter(r) && !prevCased:
-			b.WriteRune(unicode.ToTitle(r))
-			prevCased = true
-		case unicode.IsLetter(r):
-			b.WriteRune(unicode.ToLower(r))
-		default:
-			b.WriteRune(r)
-			prevCased = false
-		}
-	}
-	return b.String()
-}
-
-func pyCapitalize(s string) string {
-	rs := []rune(strings.ToLower(s))
-	if len(rs) > 0 {
-		rs[0] = unicode.ToTitle(rs[0])
-	}
-	return string(rs)
 }
 
 // globalFunctions are the globals transformers' environment defines, plus

@@ -1,7 +1,10 @@
 package jinja
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -10,6 +13,27 @@ import (
 // concurrent Render calls.
 type Template struct {
 	body []node
+}
+
+// LineError is a render error with the template line it happened on.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+
+func (e *LineError) Unwrap() error { return e.Err }
+
+// atLine attaches the innermost line to a render error; the template's
+// own raise_exception messages stay as they are.
+func atLine(line int, err error) error {
+	var le *LineError
+	var te *TemplateError
+	if err == nil || errors.As(err, &le) || errors.As(err, &te) {
+		return err
+	}
+	return &LineError{Line: line, Err: err}
 }
 
 // TemplateError is raised by the template itself through
@@ -109,9 +133,14 @@ func (r *renderer) exec(out *strings.Builder, body []node, sc *scope) (control, 
 		case outputNode:
 			v, err := r.eval(n.x, sc)
 			if err != nil {
-				return ctrlNone, err
+				return ctrlNone, atLine(n.line, err)
 			}
 			out.WriteString(toStr(v))
+		case located:
+			ctrl, err := r.exec(out, []node{n.n}, sc)
+			if err != nil || ctrl != ctrlNone {
+				return ctrl, atLine(n.line, err)
+			}
 		case ifNode:
 			ctrl, err := r.execIf(out, n, sc)
 			if err != nil || ctrl != ctrlNone {
@@ -133,6 +162,35 @@ func (r *renderer) exec(out *strings.Builder, body []node, sc *scope) (control, 
 			sc.vars[n.name] = b.String()
 		case macroNode:
 			sc.vars[n.name] = &macro{n: n, defined: sc, r: r}
+		case withNode:
+			inner := &scope{vars: map[string]Value{}, parent: sc}
+			for i, x := range n.xs {
+				v, err := r.eval(x, sc)
+				if err != nil {
+					return ctrlNone, err
+				}
+				inner.vars[n.names[i]] = v
+			}
+			if ctrl, err := r.exec(out, n.body, inner); err != nil || ctrl != ctrlNone {
+				return ctrl, err
+			}
+		case filterBlockNode:
+			var b strings.Builder
+			if _, err := r.exec(&b, n.body, sc); err != nil {
+				return ctrlNone, err
+			}
+			v, err := r.eval(n.x, &scope{vars: map[string]Value{filterBodyVar: b.String()}, parent: sc})
+			if err != nil {
+				return ctrlNone, err
+			}
+			out.WriteString(toStr(v))
+		case callBlockNode:
+			caller := &macro{n: n.caller, defined: sc, r: r}
+			v, err := r.evalCallWith(n.call, sc, caller)
+			if err != nil {
+				return ctrlNone, err
+			}
+			out.WriteString(toStr(v))
 		case breakNode:
 			return ctrlBreak, nil
 		case continueNode:
@@ -203,8 +261,9 @@ func (r *renderer) execFor(out *strings.Builder, n forNode, sc *scope) error {
 		_, err := r.exec(out, n.orElse, sc)
 		return err
 	}
+	changed := &loopChanged{}
 	for i, it := range items {
-		s := &scope{vars: map[string]Value{"loop": loopObject(items, i)}, parent: sc}
+		s := &scope{vars: map[string]Value{"loop": loopObject(items, i, changed)}, parent: sc}
 		if err := bindTargets(s, n.targets, it); err != nil {
 			return err
 		}
@@ -234,7 +293,13 @@ func bindTargets(s *scope, targets []string, item Value) error {
 	return nil
 }
 
-func loopObject(items []Value, i int) *Dict {
+// loopChanged is loop.changed's memory across iterations.
+type loopChanged struct {
+	last Value
+	set  bool
+}
+
+func loopObject(items []Value, i int, changed *loopChanged) *Dict {
 	d := NewDict()
 	n := len(items)
 	d.Set("index", int64(i+1))
@@ -260,6 +325,14 @@ func loopObject(items []Value, i int) *Dict {
 			return nil, fmt.Errorf("loop.cycle needs at least one argument")
 		}
 		return args[i%len(args)], nil
+	}))
+	d.Set("changed", builtinFunc(func(args []Value, _ map[string]Value) (Value, error) {
+		now := Value(Tuple(args))
+		if changed.set && equal(changed.last, now) {
+			return false, nil
+		}
+		changed.last, changed.set = now, true
+		return true, nil
 	}))
 	return d
 }
@@ -374,7 +447,11 @@ func (r *renderer) evalArgs(args []expr, kwargs []kwarg, sc *scope) ([]Value, ma
 	return vals, kw, nil
 }
 
-func (r *renderer) evalCall(e callExpr, sc *scope) (Value, error) {
+func (r *renderer) evalCall(e callExpr, sc *scope) (Value, error) { return r.evalCallWith(e, sc, nil) }
+
+// evalCallWith calls e; caller, when set, is passed to a macro as the
+// caller keyword ({% call %}).
+func (r *renderer) evalCallWith(e callExpr, sc *scope, caller *macro) (Value, error) {
 	fn, err := r.eval(e.fn, sc)
 	if err != nil {
 		return nil, err
@@ -385,9 +462,16 @@ func (r *renderer) evalCall(e callExpr, sc *scope) (Value, error) {
 	}
 	switch f := fn.(type) {
 	case builtinFunc:
+		if caller != nil {
+			return nil, fmt.Errorf("{%% call %%} needs a macro, not a builtin function")
+		}
 		return f(args, kwargs)
 	case *macro:
-		return f.call(args, kwargs)
+		order := make([]string, len(e.kwargs))
+		for i, k := range e.kwargs {
+			order[i] = k.name
+		}
+		return f.callWith(args, kwargs, order, caller)
 	case Undefined:
 		return nil, fmt.Errorf("'%s' is undefined", f.Name)
 	}
@@ -403,9 +487,18 @@ const (
 )
 
 func (m *macro) call(args []Value, kwargs map[string]Value) (Value, error) {
-	if len(args) > len(m.n.params) {
-		return nil, fmt.Errorf("macro %s takes %d arguments, got %d", m.n.name, len(m.n.params), len(args))
+	order := make([]string, 0, len(kwargs))
+	for k := range kwargs {
+		order = append(order, k)
 	}
+	sort.Strings(order)
+	return m.callWith(args, kwargs, order, nil)
+}
+
+// callWith binds the parameters; extra positional arguments are varargs
+// (a tuple), extra keywords kwargs (a dict in call order), and caller the
+// {% call %} body, as jinja2 binds them.
+func (m *macro) callWith(args []Value, kwargs map[string]Value, order []string, caller *macro) (Value, error) {
 	m.r.depth++
 	defer func() { m.r.depth-- }()
 	if m.r.depth > maxMacroDepth {
@@ -415,6 +508,9 @@ func (m *macro) call(args []Value, kwargs map[string]Value) (Value, error) {
 	for i, p := range m.n.params {
 		switch {
 		case i < len(args):
+			if hasKwarg(kwargs, p) {
+				return nil, fmt.Errorf("macro '%s' got multiple values for argument '%s'", m.n.name, p)
+			}
 			s.vars[p] = args[i]
 		case hasKwarg(kwargs, p):
 			s.vars[p] = kwargs[p]
@@ -427,6 +523,20 @@ func (m *macro) call(args []Value, kwargs map[string]Value) (Value, error) {
 		default:
 			s.vars[p] = Undefined{Name: p}
 		}
+	}
+	varargs := Tuple{}
+	if len(args) > len(m.n.params) {
+		varargs = append(varargs, args[len(m.n.params):]...)
+	}
+	extra := NewDict()
+	for _, k := range order {
+		if !slices.Contains(m.n.params, k) {
+			extra.Set(k, kwargs[k])
+		}
+	}
+	s.vars["varargs"], s.vars["kwargs"] = varargs, extra
+	if caller != nil {
+		s.vars["caller"] = caller
 	}
 	var out strings.Builder
 	if _, err := m.r.exec(&out, m.n.body, s); err != nil {

@@ -2,7 +2,10 @@ package jinja
 
 import (
 	"fmt"
+	"math/big"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // tokenStream parses expressions with Jinja's operator precedence.
@@ -207,8 +210,15 @@ func (ts *tokenStream) parsePrimary() (expr, error) {
 		}
 		return literal{v: s}, nil
 	case tokInt:
-		v, err := strconv.ParseInt(t.text, 10, 64)
-		return literal{v: v}, err
+		digits := strings.ReplaceAll(t.text, "_", "")
+		if v, err := strconv.ParseInt(digits, 10, 64); err == nil {
+			return literal{v: v}, nil
+		}
+		b, ok := new(big.Int).SetString(digits, 10)
+		if !ok || b.BitLen() > maxIntBits {
+			return nil, fmt.Errorf("bad integer literal %q", t.text)
+		}
+		return literal{v: b}, nil
 	case tokFloat:
 		v, err := strconv.ParseFloat(t.text, 64)
 		return literal{v: v}, err
@@ -324,6 +334,9 @@ func (ts *tokenStream) parseFilterAndTest(x expr) (expr, error) {
 			if name.kind != tokName {
 				return nil, fmt.Errorf("want a filter name after '|'")
 			}
+			if !knownFilter(name.text) {
+				return nil, fmt.Errorf("unsupported filter %q", name.text)
+			}
 			f := filterExpr{x: x, name: name.text}
 			if ts.acceptOp("(") {
 				var err error
@@ -339,6 +352,9 @@ func (ts *tokenStream) parseFilterAndTest(x expr) (expr, error) {
 				return nil, fmt.Errorf("want a test name after 'is'")
 			}
 			t.name = name.text
+			if !knownTest(t.name) {
+				return nil, fmt.Errorf("unsupported test %q", t.name)
+			}
 			if ts.acceptOp("(") {
 				args, _, err := ts.parseArgs()
 				if err != nil {
@@ -429,3 +445,25 @@ func (ts *tokenStream) parseDictLiteral() (expr, error) {
 	}
 	return d, nil
 }
+
+// filterNames lists the filters the renderer implements; an unsupported
+// one fails at parse time with its line, as jinja2's
+// TemplateAssertionError does.
+func filterNames() []string {
+	return []string{"abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+		"first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join", "last", "length",
+		"list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe",
+		"select", "selectattr", "slice", "sort", "string", "sum", "title", "tojson", "trim", "truncate",
+		"unique", "upper", "wordwrap"}
+}
+
+// testNames is filterNames for tests.
+func testNames() []string {
+	return []string{"!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq", "equalto",
+		"even", "false", "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne",
+		"none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"}
+}
+
+func knownFilter(name string) bool { return slices.Contains(filterNames(), name) }
+
+func knownTest(name string) bool { return slices.Contains(testNames(), name) }

@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,15 +45,7 @@ func arg(args []Value, kwargs map[string]Value, i int, name string) (Value, bool
 func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (Value, error) {
 	switch name {
 	case "tojson":
-		indent := int64(-1)
-		if iv, ok := arg(args, kwargs, 0, "indent"); ok && iv != nil {
-			indent, _ = toInt(iv)
-		}
-		sortKeys := false
-		if sv, ok := kwargs["sort_keys"]; ok {
-			sortKeys = truthy(sv)
-		}
-		return toJSON(v, int(indent), sortKeys)
+		return tojsonFilter(v, args, kwargs)
 	case "length", "count":
 		return length(v)
 	case "list":
@@ -93,7 +86,10 @@ func applyFilter(name string, v Value, args []Value, kwargs map[string]Value) (V
 	case "sort", "dictsort", "reverse", "sum", "min", "max":
 		return listFilter(name, v, args, kwargs)
 	case "unique":
-		return uniqueFilter(v)
+		return uniqueFilter(v, args, kwargs)
+	}
+	if out, ok, err := moreFilter(name, v, args, kwargs); ok {
+		return out, err
 	}
 	return scalarFilter(name, v, args, kwargs)
 }
@@ -106,9 +102,9 @@ func scalarFilter(name string, v Value, args []Value, kwargs map[string]Value) (
 	case "string":
 		return toStr(v), nil
 	case "lower":
-		return strings.ToLower(toStr(v)), nil
+		return pyLower(toStr(v)), nil
 	case "upper":
-		return strings.ToUpper(toStr(v)), nil
+		return pyUpper(toStr(v)), nil
 	case "title":
 		return jinjaTitle(toStr(v)), nil
 	case "capitalize":
@@ -118,7 +114,7 @@ func scalarFilter(name string, v Value, args []Value, kwargs map[string]Value) (
 			return nil, fmt.Errorf("needs old and new")
 		}
 		return strings.ReplaceAll(toStr(v), toStr(args[0]), toStr(args[1])), nil
-	case "safe", "e", "escape", "forceescape":
+	case "safe":
 		return v, nil // autoescape is off in transformers' environment
 	case "abs":
 		if i, ok := v.(int64); ok {
@@ -129,8 +125,6 @@ func scalarFilter(name string, v Value, args []Value, kwargs map[string]Value) (
 			return nil, fmt.Errorf("bad operand type for abs(): %s", typeName(v))
 		}
 		return math.Abs(f), nil
-	case "int":
-		return toIntFilter(v), nil
 	case "float":
 		if f, ok := toFloat(v); ok {
 			return f, nil
@@ -148,31 +142,31 @@ func scalarFilter(name string, v Value, args []Value, kwargs map[string]Value) (
 	return nil, fmt.Errorf("no filter named %q", name)
 }
 
-func uniqueFilter(v Value) (Value, error) {
+// uniqueFilter is unique(case_sensitive=False, attribute=None): the first
+// item of each key.
+func uniqueFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
 	}
-	var out []Value
+	cs, _ := arg(args, kwargs, 0, "case_sensitive")
+	key := func(it Value) (Value, error) { return sortKey(it, truthy(cs)), nil }
+	if a, ok := arg(args, kwargs, 1, "attribute"); ok && a != nil {
+		key = attrGetter(toStr(a), nil, truthy(cs))
+	}
+	out := []Value{}
+	var seen []Value
 	for _, it := range items {
-		if ok, _ := contains(out, it); !ok {
+		k, err := key(it)
+		if err != nil {
+			return nil, err
+		}
+		if ok, _ := contains(seen, k); !ok {
+			seen = append(seen, k)
 			out = append(out, it)
 		}
 	}
 	return out, nil
-}
-
-func toIntFilter(v Value) Value {
-	if i, ok := toInt(v); ok {
-		return i
-	}
-	if f, ok := v.(float64); ok {
-		return int64(f)
-	}
-	if i, err := strconv.ParseInt(strings.TrimSpace(toStr(v)), 10, 64); err == nil {
-		return i
-	}
-	return int64(0)
 }
 
 func length(v Value) (Value, error) {
@@ -319,14 +313,8 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 	case "in":
 		return contains(argAt(0), v)
 	case "lower", "upper":
-		s, ok := v.(string)
-		if !ok {
-			return false, nil
-		}
-		if name == "lower" {
-			return s == strings.ToLower(s), nil
-		}
-		return s == strings.ToUpper(s), nil
+		s := toStr(v) // jinja2: str(value).islower()
+		return pyIsCase(s, name == "upper"), nil
 	case "odd", "even", "divisibleby":
 		n, ok := toInt(v)
 		if !ok {
@@ -365,20 +353,24 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 // runs of "-", whitespace, "(", "{", "[" or "<", gets an upper-case first
 // character and lower-case rest.
 func jinjaTitle(s string) string {
+	// jinja2: item[0].upper() + item[1:].lower() for each word, words
+	// starting after spaces and -({[<.
 	isSep := func(r rune) bool { return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || pyIsSpace(r) }
 	var b strings.Builder
-	atStart := true
-	for _, r := range s {
-		switch {
-		case isSep(r):
-			b.WriteRune(r)
-			atStart = true
-		case atStart:
-			b.WriteString(strings.ToUpper(string(r)))
-			atStart = false
-		default:
-			b.WriteString(strings.ToLower(string(r)))
+	rs := []rune(s)
+	for i := 0; i < len(rs); {
+		if isSep(rs[i]) {
+			b.WriteRune(rs[i])
+			i++
+			continue
 		}
+		j := i + 1
+		for j < len(rs) && !isSep(rs[j]) {
+			j++
+		}
+		b.WriteString(pyUpper(string(rs[i])))
+		b.WriteString(pyLower(string(rs[i+1 : j])))
+		i = j
 	}
 	return b.String()
 }
@@ -417,8 +409,11 @@ func typeTest(name string, v Value) (ok, known bool) {
 		_, ok := toFloat(v)
 		return ok, true
 	case "integer":
-		_, ok := v.(int64)
-		return ok, true
+		switch v.(type) {
+		case int64, *big.Int:
+			return true, true
+		}
+		return false, true
 	case "float":
 		_, ok := v.(float64)
 		return ok, true
@@ -436,4 +431,38 @@ func typeTest(name string, v Value) (ok, known bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// tojsonFilter is transformers' tojson(x, ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False), which calls json.dumps.
+func tojsonFilter(v Value, args []Value, kwargs map[string]Value) (Value, error) {
+	ascii, _ := arg(args, kwargs, 0, "ensure_ascii")
+	sortKeys, _ := arg(args, kwargs, 3, "sort_keys")
+	var indent *string
+	switch iv, _ := arg(args, kwargs, 1, "indent"); x := iv.(type) {
+	case nil, Undefined:
+	case string:
+		indent = &x
+	default:
+		n, ok := toInt(x)
+		if !ok {
+			return nil, fmt.Errorf("indent must be an int or a string, not %s", typeName(iv))
+		}
+		pad := strings.Repeat(" ", int(max(n, 0)))
+		indent = &pad
+	}
+	o := newJSONOptions(indent, truthy(sortKeys), truthy(ascii))
+	if sv, ok := arg(args, kwargs, 2, "separators"); ok && sv != nil {
+		seps, ok := asList(sv).([]Value)
+		if !ok || len(seps) != 2 {
+			return nil, fmt.Errorf("separators must be a pair of strings")
+		}
+		item, ok1 := seps[0].(string)
+		key, ok2 := seps[1].(string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("separators must be a pair of strings")
+		}
+		o.itemSep, o.keySep = item, key
+	}
+	return toJSON(v, o)
 }

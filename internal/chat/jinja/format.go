@@ -178,7 +178,7 @@ func strFormat(format string, args []Value, kwargs map[string]Value) (string, er
 // unless caseSensitive.
 func sortKey(v Value, caseSensitive bool) Value {
 	if s, ok := v.(string); ok && !caseSensitive {
-		return strings.ToLower(s)
+		return pyLower(s)
 	}
 	return v
 }
@@ -224,14 +224,9 @@ func listFilter(name string, v Value, args []Value, kwargs map[string]Value) (Va
 	if cs, ok := arg(args, kwargs, csPos, "case_sensitive"); ok {
 		caseSensitive = truthy(cs)
 	}
-	attrKey := func(it Value) (Value, error) {
-		if a, ok := kwargs["attribute"]; ok {
-			var err error
-			if it, err = getAttr(it, toStr(a)); err != nil {
-				return nil, err
-			}
-		}
-		return sortKey(it, caseSensitive), nil
+	attrKey := func(it Value) (Value, error) { return sortKey(it, caseSensitive), nil }
+	if a, ok := kwargs["attribute"]; ok && a != nil {
+		attrKey = attrGetter(toStr(a), nil, caseSensitive)
 	}
 	switch name {
 	case "reverse":

@@ -147,6 +147,13 @@ func arith(op string, l, r Value) (Value, error) {
 			}
 		}
 	}
+	if isBig(l) || isBig(r) {
+		lb, lok := asBig(l)
+		rb, rok := asBig(r)
+		if lok && rok && op != "/" {
+			return bigArith(op, lb, rb)
+		}
+	}
 	li, lInt := toInt(l)
 	ri, rInt := toInt(r)
 	if lInt && rInt && op != "/" {
@@ -177,40 +184,6 @@ func arith(op string, l, r Value) (Value, error) {
 		return math.Floor(lf / rf), nil
 	}
 	return lf - rf*math.Floor(lf/rf), nil
-}
-
-func intArith(op string, a, b int64) (Value, error) {
-	switch op {
-	case "+":
-		return a + b, nil
-	case "-":
-		return a - b, nil
-	case "*":
-		return a * b, nil
-	case "**":
-		if b < 0 {
-			return math.Pow(float64(a), float64(b)), nil
-		}
-		out := int64(1)
-		for base := a; b > 0; b >>= 1 { // by squaring: O(log b)
-			if b&1 == 1 {
-				out *= base
-			}
-			base *= base
-		}
-		return out, nil
-	}
-	if b == 0 {
-		return nil, errors.New("integer division or modulo by zero")
-	}
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q-- // floor division
-	}
-	if op == "//" {
-		return q, nil
-	}
-	return a - q*b, nil
 }
 
 func (r *renderer) evalSlice(e sliceExpr, sc *scope) (Value, error) {

@@ -7,8 +7,16 @@ type (
 	node interface{}
 
 	textNode   struct{ text string }
-	outputNode struct{ x expr }
-	ifNode     struct {
+	outputNode struct {
+		x    expr
+		line int
+	}
+	// located marks a statement with its template line, for errors.
+	located struct {
+		n    node
+		line int
+	}
+	ifNode struct {
 		conds  []expr
 		bodies [][]node
 		orElse []node
@@ -37,7 +45,30 @@ type (
 	}
 	breakNode    struct{}
 	continueNode struct{}
+	// withNode: {% with a = x, b = y %}: the values are evaluated in the
+	// outer scope; the body gets its own scope.
+	withNode struct {
+		names []string
+		xs    []expr
+		body  []node
+	}
+	// filterBlockNode: {% filter f(args) | g %}: the rendered body is
+	// bound to filterBodyVar and x (the filter chain over it) is output.
+	filterBlockNode struct {
+		x    expr
+		body []node
+	}
+	// callBlockNode: {% call(params) m(args) %}body{% endcall %}: m is
+	// called with caller, a macro made of the body.
+	callBlockNode struct {
+		caller macroNode
+		call   callExpr
+	}
 )
+
+// filterBodyVar holds a filter block's rendered body; it is not a valid
+// template identifier, so templates cannot collide with it.
+const filterBodyVar = "filter body"
 
 // Expression nodes.
 type (
@@ -136,7 +167,7 @@ func (p *parser) parseBody() ([]node, string, error) {
 			if err != nil {
 				return nil, "", fmt.Errorf("line %d: {{ %s }}: %w", seg.line, seg.text, err)
 			}
-			out = append(out, outputNode{x: x})
+			out = append(out, outputNode{x: x, line: seg.line})
 		case segBlock:
 			ts, err := newTokenStream(seg.text)
 			if err != nil {
@@ -144,7 +175,7 @@ func (p *parser) parseBody() ([]node, string, error) {
 			}
 			kw := ts.peek()
 			switch kw.text {
-			case "endif", "else", "elif", "endfor", "endmacro", "endset", "endgeneration":
+			case "endif", "else", "elif", "endfor", "endmacro", "endset", "endgeneration", "endwith", "endfilter", "endcall":
 				p.pos-- // the caller consumes it
 				return out, kw.text, nil
 			}
@@ -153,7 +184,7 @@ func (p *parser) parseBody() ([]node, string, error) {
 				return nil, "", fmt.Errorf("line %d: {%% %s %%}: %w", seg.line, seg.text, err)
 			}
 			if n != nil {
-				out = append(out, n)
+				out = append(out, located{n: n, line: seg.line})
 			}
 		}
 	}
@@ -189,6 +220,12 @@ func (p *parser) parseStatement(ts *tokenStream) (node, error) {
 		return p.parseSet(ts)
 	case "macro":
 		return p.parseMacro(ts)
+	case "with":
+		return p.parseWith(ts)
+	case "filter":
+		return p.parseFilterBlock(ts)
+	case "call":
+		return p.parseCallBlock(ts)
 	case "break":
 		return breakNode{}, ts.expectEOF()
 	case "continue":
@@ -204,7 +241,7 @@ func (p *parser) parseStatement(ts *tokenStream) (node, error) {
 		}
 		return ifNode{conds: []expr{literal{v: true}}, bodies: [][]node{body}}, nil
 	default:
-		return nil, fmt.Errorf("unsupported statement %q", kw)
+		return nil, fmt.Errorf("unsupported statement {%% %s %%}", kw)
 	}
 }
 
@@ -333,34 +370,114 @@ func (p *parser) parseMacro(ts *tokenStream) (node, error) {
 		return nil, fmt.Errorf("macro: want NAME(")
 	}
 	n := macroNode{name: name.text}
+	if err := parseParams(ts, &n); err != nil {
+		return nil, err
+	}
+	if err := ts.expectEOF(); err != nil {
+		return nil, err
+	}
+	body, err := p.parseUntil("endmacro")
+	if err != nil {
+		return nil, err
+	}
+	n.body = body
+	return n, nil
+}
+
+// parseParams reads macro parameters up to and including ")".
+func parseParams(ts *tokenStream, n *macroNode) error {
 	for !ts.acceptOp(")") {
 		param := ts.next()
 		if param.kind != tokName {
-			return nil, fmt.Errorf("macro %s: bad parameter %q", n.name, param.text)
+			return fmt.Errorf("macro %s: bad parameter %q", n.name, param.text)
 		}
 		var def expr
 		if ts.acceptOp("=") {
 			var err error
 			if def, err = ts.parseExpr(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		n.params = append(n.params, param.text)
 		n.defaults = append(n.defaults, def)
 		if !ts.acceptOp(",") && ts.peek().text != ")" {
-			return nil, fmt.Errorf("macro %s: want ',' or ')'", n.name)
+			return fmt.Errorf("macro %s: want ',' or ')'", n.name)
 		}
 	}
-	if err := ts.expectEOF(); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// parseUntil parses a body and its end tag.
+func (p *parser) parseUntil(end string) ([]node, error) {
 	body, _, err := p.parseBody()
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := p.closeTag("endmacro"); err != nil {
+	if _, _, err := p.closeTag(end); err != nil {
 		return nil, err
 	}
+	return body, nil
+}
+
+func (p *parser) parseWith(ts *tokenStream) (node, error) {
+	var n withNode
+	for ts.peek().kind != tokEOF {
+		name := ts.next()
+		if name.kind != tokName || !ts.acceptOp("=") {
+			return nil, fmt.Errorf("with: want NAME = EXPR, got %q", name.text)
+		}
+		x, err := ts.parseExpr()
+		if err != nil {
+			return nil, err
+		}
+		n.names = append(n.names, name.text)
+		n.xs = append(n.xs, x)
+		if !ts.acceptOp(",") && ts.peek().kind != tokEOF {
+			return nil, fmt.Errorf("with: want ',' between assignments")
+		}
+	}
+	body, err := p.parseUntil("endwith")
 	n.body = body
-	return n, nil
+	return n, err
+}
+
+func (p *parser) parseFilterBlock(ts *tokenStream) (node, error) {
+	if ts.peek().kind != tokName {
+		return nil, fmt.Errorf("filter: want a filter name")
+	}
+	// The chain is parsed as if it followed the body: BODY | f(args) | g.
+	ts.toks = append([]token{{kind: tokOp, text: "|"}}, ts.toks[ts.pos:]...)
+	ts.pos = 0
+	x, err := ts.parseFilterAndTest(nameExpr{name: filterBodyVar})
+	if err == nil {
+		err = ts.expectEOF()
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, err := p.parseUntil("endfilter")
+	return filterBlockNode{x: x, body: body}, err
+}
+
+func (p *parser) parseCallBlock(ts *tokenStream) (node, error) {
+	n := callBlockNode{caller: macroNode{name: "caller"}}
+	if ts.acceptOp("(") {
+		if err := parseParams(ts, &n.caller); err != nil {
+			return nil, err
+		}
+	}
+	x, err := ts.parseExpr()
+	if err == nil {
+		err = ts.expectEOF()
+	}
+	if err != nil {
+		return nil, err
+	}
+	call, ok := x.(callExpr)
+	if !ok {
+		return nil, fmt.Errorf("call: want a macro call")
+	}
+	n.call = call
+	n.caller.body, err = p.parseUntil("endcall")
+	return n, err
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -22,7 +24,10 @@ type Tuple []Value
 
 // asList views tuples as lists for the operations that treat them alike.
 func asList(v Value) Value {
-	if t, ok := v.(Tuple); ok {
+	switch t := v.(type) {
+	case Tuple:
+		return []Value(t)
+	case GroupTuple:
 		return []Value(t)
 	}
 	return v
@@ -131,6 +136,8 @@ func truthy(v Value) bool {
 		return x
 	case int64:
 		return x != 0
+	case *big.Int:
+		return x.Sign() != 0
 	case float64:
 		return x != 0
 	case string:
@@ -153,6 +160,8 @@ func toFloat(v Value) (float64, bool) {
 		return 0, true
 	case int64:
 		return float64(x), true
+	case *big.Int:
+		return bigToFloat(x), true
 	case float64:
 		return x, true
 	}
@@ -174,6 +183,13 @@ func toInt(v Value) (int64, bool) {
 
 // equal is Python's ==.
 func equal(a, b Value) bool {
+	if isBig(a) || isBig(b) {
+		ab, aok := asBig(a)
+		bb, bok := asBig(b)
+		if aok && bok {
+			return ab.Cmp(bb) == 0
+		}
+	}
 	if fa, ok := toFloat(a); ok {
 		fb, ok := toFloat(b)
 		return ok && fa == fb
@@ -219,6 +235,13 @@ func equal(a, b Value) bool {
 
 // compare orders numbers and strings (Python <, >).
 func compare(a, b Value) (int, error) {
+	if isBig(a) || isBig(b) {
+		ab, aok := asBig(a)
+		bb, bok := asBig(b)
+		if aok && bok {
+			return ab.Cmp(bb), nil
+		}
+	}
 	if fa, ok := toFloat(a); ok {
 		if fb, ok := toFloat(b); ok {
 			switch {
@@ -235,7 +258,29 @@ func compare(a, b Value) (int, error) {
 			return strings.Compare(sa, sb), nil
 		}
 	}
+	// Lists and tuples compare item by item, as in Python.
+	if la, ok := asList(a).([]Value); ok {
+		if lb, ok := asList(b).([]Value); ok && typeName(a) == typeName(b) {
+			for i := 0; i < len(la) && i < len(lb); i++ {
+				if equal(la[i], lb[i]) {
+					continue
+				}
+				return compare(la[i], lb[i])
+			}
+			return cmpInt(len(la), len(lb)), nil
+		}
+	}
 	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func typeName(v Value) string {
@@ -244,7 +289,7 @@ func typeName(v Value) string {
 		return "NoneType"
 	case bool:
 		return "bool"
-	case int64:
+	case int64, *big.Int:
 		return "int"
 	case float64:
 		return "float"
@@ -254,6 +299,8 @@ func typeName(v Value) string {
 		return "list"
 	case Tuple:
 		return "tuple"
+	case GroupTuple:
+		return "_GroupTuple"
 	case *Dict:
 		return "dict"
 	case Undefined:
@@ -287,6 +334,8 @@ func repr(v Value) string {
 		return "False"
 	case int64:
 		return strconv.FormatInt(x, 10)
+	case *big.Int:
+		return x.String()
 	case float64:
 		return pyFloat(x)
 	case string:
@@ -395,22 +444,36 @@ func pyFloat(f float64) string {
 
 // toJSON is transformers' tojson: json.dumps(x, ensure_ascii=False,
 // indent=indent, separators=None, sort_keys=sortKeys).
-func toJSON(v Value, indent int, sortKeys bool) (string, error) {
+// jsonOptions are json.dumps's: indent (nil: one line), separators,
+// sort_keys and ensure_ascii.
+type jsonOptions struct {
+	indent          *string
+	itemSep, keySep string
+	sortKeys, ascii bool
+}
+
+// newJSONOptions applies json.dumps's defaults: separators are (", ",
+// ": "), or (",", ": ") when indenting.
+func newJSONOptions(indent *string, sortKeys, ascii bool) jsonOptions {
+	o := jsonOptions{indent: indent, itemSep: ", ", keySep: ": ", sortKeys: sortKeys, ascii: ascii}
+	if indent != nil {
+		o.itemSep = ","
+	}
+	return o
+}
+
+func toJSON(v Value, o jsonOptions) (string, error) {
 	var b strings.Builder
-	err := writeJSON(&b, v, indent, sortKeys, 0)
+	err := writeJSON(&b, v, o, 0)
 	return b.String(), err
 }
 
-func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int) error {
+func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 	newline := func(d int) {
-		if indent >= 0 {
+		if o.indent != nil {
 			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
+			b.WriteString(strings.Repeat(*o.indent, d))
 		}
-	}
-	itemSep, keySep := ", ", ": "
-	if indent >= 0 {
-		itemSep = ","
 	}
 	switch x := asList(v).(type) {
 	case nil:
@@ -419,6 +482,8 @@ func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int
 		b.WriteString(map[bool]string{true: "true", false: "false"}[x])
 	case int64:
 		b.WriteString(strconv.FormatInt(x, 10))
+	case *big.Int:
+		b.WriteString(x.String())
 	case float64:
 		switch {
 		case math.IsInf(x, 1):
@@ -431,7 +496,7 @@ func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int
 			b.WriteString(pyFloat(x))
 		}
 	case string:
-		writeJSONString(b, x)
+		writeJSONString(b, x, o.ascii)
 	case []Value:
 		if len(x) == 0 {
 			b.WriteString("[]")
@@ -440,10 +505,10 @@ func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int
 		b.WriteByte('[')
 		for i, e := range x {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			if err := writeJSON(b, e, indent, sortKeys, depth+1); err != nil {
+			if err := writeJSON(b, e, o, depth+1); err != nil {
 				return err
 			}
 		}
@@ -455,34 +520,36 @@ func writeJSON(b *strings.Builder, v Value, indent int, sortKeys bool, depth int
 			return nil
 		}
 		keys := x.keys
-		if sortKeys {
+		if o.sortKeys {
 			keys = append([]string(nil), keys...)
 			sort.Strings(keys)
 		}
 		b.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writeJSONString(b, k)
-			b.WriteString(keySep)
-			if err := writeJSON(b, x.m[k], indent, sortKeys, depth+1); err != nil {
+			writeJSONString(b, k, o.ascii)
+			b.WriteString(o.keySep)
+			if err := writeJSON(b, x.m[k], o, depth+1); err != nil {
 				return err
 			}
 		}
 		newline(depth)
 		b.WriteByte('}')
 	case *Namespace:
-		return writeJSON(b, x.attrs, indent, sortKeys, depth)
+		return writeJSON(b, x.attrs, o, depth)
 	default:
 		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
 }
 
-// writeJSONString escapes like Python's json with ensure_ascii=False.
-func writeJSONString(b *strings.Builder, s string) {
+// writeJSONString escapes like Python's json: with ascii
+// (ensure_ascii=True) every character outside space..~ is \\uXXXX
+// (surrogate pairs above U+FFFF).
+func writeJSONString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -501,8 +568,11 @@ func writeJSONString(b *strings.Builder, s string) {
 			b.WriteString(`\b`)
 		case r == '\f':
 			b.WriteString(`\f`)
-		case r < 0x20:
+		case r < 0x20, ascii && r > 0x7e && r < 0x10000:
 			fmt.Fprintf(b, `\u%04x`, r)
+		case ascii && r >= 0x10000:
+			hi, lo := utf16.EncodeRune(r)
+			fmt.Fprintf(b, `\u%04x\u%04x`, hi, lo)
 		default:
 			b.WriteString(s[i : i+size])
 		}
