@@ -91,7 +91,7 @@ func runReport(ctx context.Context, opts *ReportOptions) error {
 	}
 	ro.RefreshSeconds = max(1, int(opts.Interval.Seconds()))
 	fmt.Fprintln(opts.IO.Out, out)
-	opts.Logger.Info().Str("run_dir", opts.RunDir).Str("out", out).Dur("interval", opts.Interval).Msg("watching run; Ctrl-C stops")
+	opts.Logger.Info().Str("run_dir", opts.RunDir).Str("out", out).Float64("interval", opts.Interval.Seconds()).Msg("watching run; Ctrl-C stops")
 	return report.Watch(ctx, opts.RunDir, out, opts.Interval, ro, func(err error) {
 		if err != nil {
 			opts.Logger.Warn().Err(err).Msg("report not updated")
