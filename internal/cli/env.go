@@ -81,7 +81,7 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
 			opts.Name = args[0]
-			opts.Logger = deps.Logger.With().Str("component", "env-serve").Str("env", args[0]).Logger()
+			opts.Logger = deps.Logger.With().Str("command", "env-serve").Str("env", args[0]).Logger()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}

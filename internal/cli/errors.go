@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/envtarget"
@@ -64,6 +65,8 @@ func isUsage(err error) bool {
 	var usage *UsageError
 	var field *config.FieldError
 	var target *envtarget.TargetError
+	var split *envtarget.SplitError
+	var index *envtarget.IndexError
 	var typ *config.TypeError
 	var unknown *config.UnknownKeysError
 	var changed *config.ResumeChangedError
@@ -71,7 +74,7 @@ func isUsage(err error) bool {
 	var rexpr *reward.ExpressionError
 	var rfield *reward.FieldError
 	switch {
-	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target):
+	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target), errors.As(err, &split), errors.As(err, &index):
 		return true
 	case errors.As(err, &typ), errors.As(err, &unknown), errors.As(err, &changed):
 		return true
@@ -85,6 +88,16 @@ func isUsage(err error) bool {
 	return false
 }
 
+// unreachableHint is the next step for a target that did not answer. Only a
+// URL target can be a local server the user forgot to start; a catalog
+// target is the hosted platform, whose hosts the OPENREWARD_* variables set.
+func unreachableHint(target string) string {
+	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+		return "is a server running there? For a local test env: 'ortrain env serve echo --port PORT', or use --env builtin:echo"
+	}
+	return "check the network and, if set, OPENREWARD_URL, OPENREWARD_API_URL and OPENREWARD_SESSION_URL"
+}
+
 // printError writes err with the hint that tells the user what to do next.
 func printError(w io.Writer, cmdPath string, err error) {
 	if errors.Is(err, context.Canceled) {
@@ -93,7 +106,10 @@ func printError(w io.Writer, cmdPath string, err error) {
 	}
 	fmt.Fprintf(w, "error: %v\n", err)
 	var auth *ors.AuthError
+	var unreachable *envtarget.UnreachableError
 	switch {
+	case errors.As(err, &unreachable):
+		fmt.Fprintf(w, "hint: %s\n", unreachableHint(unreachable.Target))
 	case errors.As(err, &auth):
 		fmt.Fprintln(w, "hint: set OPENREWARD_API_KEY to a valid key, or pass --env http://HOST:PORT for a self-hosted server")
 	case isUsage(err):

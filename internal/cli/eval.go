@@ -21,7 +21,13 @@ type EvalOptions struct {
 	NumGenerations int
 	PassThreshold  float64
 	Format         string
+	// Dir is the eval's directory (default: see train.NewEvalDir).
+	Dir string
 }
+
+// runOnlyFlags are run's config flags that mean nothing to an eval (it
+// neither trains nor uses vLLM), kept off eval's flag set and --help.
+var runOnlyFlags = []string{"max-steps", "learning-rate", "per-device-train-batch-size", "loss-type", "engine"}
 
 func newEvalCmd(deps *Deps, runF func(context.Context, *EvalOptions) error) *cobra.Command {
 	opts := &EvalOptions{Run: RunOptions{IO: deps.IO, Getenv: deps.Getenv, Flags: map[string]*pflag.Flag{}}}
@@ -32,10 +38,14 @@ func newEvalCmd(deps *Deps, runF func(context.Context, *EvalOptions) error) *cob
 configured envs (or --num-tasks of them) is attempted --num-generations times
 with the model's current weights. Prints per-task mean reward and pass@k (the
 unbiased estimator; a rollout passes when its reward >= --pass-threshold) as a
-table, or as JSON/JSONL with --format, and writes every trajectory to
-output_dir/eval_trajectories.jsonl.
+table, or as JSON/JSONL with --format.
 
---model may be a checkpoint's model directory (runs/x/checkpoints/step-N/model).`,
+Each eval writes to its own directory, never to a training run's files:
+result.json (the results, the model path, its sha256 and checkpoint step) and
+trajectories.jsonl. By default that is RUN_DIR/eval/<step>-<time>/ when --model
+is a run's checkpoint (runs/x/checkpoints/step-N/model), where
+'ortrain report RUN_DIR' shows it, else output_dir/eval/<time>/; --eval-dir
+picks another.`,
 		Example: `  # the quickstart's policy after training
   ortrain eval --model runs/quickstart/checkpoints/step-000100/model --num-generations 4
 
@@ -64,7 +74,8 @@ output_dir/eval_trajectories.jsonl.
 	fs.IntVarP(&opts.NumGenerations, "num-generations", "n", 4, "rollouts per task (pass@k for k up to n)")
 	fs.Float64Var(&opts.PassThreshold, "pass-threshold", 1.0, "reward at or above which a rollout passes")
 	fs.StringVar(&opts.Format, "format", "table", "output: table, json or jsonl")
-	addConfigFlags(fs, opts.Run.Flags, "num-generations")
+	fs.StringVar(&opts.Dir, "eval-dir", "", "write result.json and trajectories.jsonl here (default: RUN_DIR/eval/<step>-<time> for a checkpoint, else output_dir/eval/<time>)")
+	addConfigFlags(fs, opts.Run.Flags, append([]string{"num-generations"}, runOnlyFlags...)...)
 	return cmd
 }
 
@@ -93,9 +104,12 @@ func runEval(ctx context.Context, opts *EvalOptions, splitSet bool) error {
 	if err := cfg.Validate(); err != nil {
 		return &UsageError{Err: err}
 	}
+	prog := &evalProgress{io: opts.Run.IO}
 	res, err := train.Evaluate(ctx, cfg, train.EvalOptions{
 		Logger: opts.Run.Logger, Getenv: opts.Run.Getenv, NumGenerations: opts.NumGenerations, PassThreshold: opts.PassThreshold,
+		Dir: opts.Dir, OnStart: prog.start, OnRollout: prog.rollout,
 	})
+	prog.finish()
 	if err != nil {
 		return err
 	}
@@ -105,6 +119,7 @@ func runEval(ctx context.Context, opts *EvalOptions, splitSet bool) error {
 	fmt.Fprintf(opts.Run.IO.ErrOut, "%d tasks x %d rollouts in %.1fs: mean reward %.3f, pass@1 %.3f, pass@%d %.3f, %d failed rollouts\n",
 		len(res.Tasks), opts.NumGenerations, res.Duration, res.MeanReward, res.PassAtK["pass@1"],
 		opts.NumGenerations, res.PassAtK[fmt.Sprintf("pass@%d", opts.NumGenerations)], res.Failures)
+	fmt.Fprintf(opts.Run.IO.ErrOut, "eval results in %s\n", res.Dir)
 	return nil
 }
 

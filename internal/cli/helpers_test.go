@@ -3,8 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a command writing while a test reads.
@@ -35,4 +41,76 @@ func execCLI(t *testing.T, env map[string]string, args ...string) (int, string, 
 	deps.Getenv = func(k string) string { return env[k] }
 	code := Execute(context.Background(), deps, args)
 	return code, out.String(), errOut.String()
+}
+
+// duplicateKeys returns the keys that occur more than once in the JSON
+// object line (at any depth), and an error when line is not one object.
+func duplicateKeys(line []byte) ([]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	var dups []string
+	var object func() error
+	var value func() error
+	value = func() error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			return object()
+		case json.Delim('['):
+			for dec.More() {
+				if err := value(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		}
+		return nil
+	}
+	object = func() error {
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			k, _ := tok.(string)
+			if seen[k] {
+				dups = append(dups, k)
+			}
+			seen[k] = true
+			if err := value(); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token()
+		return err
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		return nil, fmt.Errorf("not a JSON object: %q", line)
+	}
+	return dups, object()
+}
+
+// requireNoDuplicateKeys checks every JSON line of a log; it returns how
+// many lines it checked.
+func requireNoDuplicateKeys(t *testing.T, log string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		dups, err := duplicateKeys([]byte(line))
+		require.NoError(t, err, line)
+		assert.Empty(t, dups, "duplicate keys in %s", line)
+		n++
+	}
+	return n
 }

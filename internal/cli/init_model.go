@@ -50,7 +50,7 @@ replaced. The path of the new model is printed on stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
-			opts.Logger = deps.Logger.With().Str("component", "init-model").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "init-model").Logger()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/mattn/go-isatty"
 )
@@ -17,6 +18,9 @@ type IOStreams struct {
 
 	outTTY bool
 	errTTY bool
+
+	statusOnce sync.Once
+	status     *statusLine
 }
 
 // SystemIO returns the process's standard streams with TTY detection.
@@ -49,3 +53,10 @@ func (s *IOStreams) IsStderrTTY() bool { return s.errTTY }
 
 // SetTTY forces TTY behaviour, for tests.
 func (s *IOStreams) SetTTY(out, errOut bool) { s.outTTY, s.errTTY = out, errOut }
+
+// statusLine is ErrOut as logs and progress bars share it: log lines
+// written through it never land on the bar's line.
+func (s *IOStreams) statusLine() *statusLine {
+	s.statusOnce.Do(func() { s.status = newStatusLine(s.ErrOut) })
+	return s.status
+}

@@ -70,7 +70,7 @@ Environment variables:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
 			opts.Getenv = deps.Getenv
-			opts.Logger = deps.Logger.With().Str("component", "list-tasks").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "list-tasks").Logger()
 			if err := opts.validate(cmd.Flags().Changed("num-tasks")); err != nil {
 				return err
 			}
@@ -143,13 +143,12 @@ func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
 	return writeTasksTable(opts.IO, l)
 }
 
-// targetError turns the resolver's typed errors into usage errors and adds
-// the next step to errors users can act on.
+// targetError turns the resolver's typed errors into usage errors
+// (printError adds the hint for an unreachable env).
 func targetError(err error) error {
 	var te *envtarget.TargetError
 	var se *envtarget.SplitError
 	var ie *envtarget.IndexError
-	var ue *envtarget.UnreachableError
 	switch {
 	case errors.As(err, &te):
 		return &UsageError{Err: fmt.Errorf("--env: %w", err)}
@@ -157,8 +156,6 @@ func targetError(err error) error {
 		return usageErrorf("--split %q is not a split of %s (valid splits: %s)", se.Split, se.Target, strings.Join(se.Valid, ", "))
 	case errors.As(err, &ie):
 		return usageErrorf("--indices: %d is out of range: split %q has %d tasks (0-%d)", ie.Index, ie.Split, ie.N, ie.N-1)
-	case errors.As(err, &ue):
-		return fmt.Errorf("%w\nhint: start a server with 'ortrain env serve echo --port PORT', or use --env builtin:echo", err)
 	}
 	return err
 }

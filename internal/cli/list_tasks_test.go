@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -157,6 +158,75 @@ func TestSpecKeysKeepOrder(t *testing.T) {
 	assert.Nil(t, specKeys(json.RawMessage(`[1]`)))
 	assert.Equal(t, "x", cellOf(json.RawMessage(`"x"`)))
 	assert.Equal(t, `{"a":1}`, cellOf(json.RawMessage(`{ "a": 1 }`)))
+}
+
+// closedURL is a loopback URL nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	u := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	return u
+}
+
+// An unreachable URL target may be a local server the user forgot to
+// start; an unreachable catalog target is the platform, and serving a
+// local echo env is no answer to that.
+func TestListTasksUnreachableHints(t *testing.T) {
+	dead := closedURL(t)
+	tests := []struct {
+		name     string
+		env      string
+		getenv   map[string]string
+		want     []string
+		wantNone []string
+	}{
+		{"url target", dead, nil, []string{"hint: is a server running there?", "ortrain env serve echo"}, nil},
+		{"catalog target", "Owner/Env", map[string]string{"OPENREWARD_API_KEY": "k", "OPENREWARD_API_URL": dead, "OPENREWARD_SESSION_URL": dead},
+			// The chain names /create_session once, not "create session: /create_session".
+			[]string{"hint: check the network", "OPENREWARD_SESSION_URL", "list splits: /create_session: giving up"}, []string{"echo", "builtin:", "create session:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := execCLI(t, tt.getenv, "list-tasks", "--env", tt.env)
+			assert.Equal(t, ExitError, code, errOut)
+			assert.Equal(t, 1, strings.Count(errOut, "hint:"), errOut)
+			for _, s := range tt.want {
+				assert.Contains(t, errOut, s)
+			}
+			for _, s := range tt.wantNone {
+				assert.NotContains(t, errOut, s)
+			}
+		})
+	}
+}
+
+func TestDuplicateKeys(t *testing.T) {
+	tests := []struct {
+		line string
+		want []string
+	}{
+		{`{"a":1,"b":"x"}`, nil},
+		{`{"component":"a","x":[1,{"k":1}],"component":"b"}`, []string{"component"}},
+		{`{"o":{"k":1,"k":2},"k":3}`, []string{"k"}},
+	}
+	for _, tt := range tests {
+		got, err := duplicateKeys([]byte(tt.line))
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, tt.line)
+	}
+	_, err := duplicateKeys([]byte(`[1]`))
+	assert.Error(t, err)
+}
+
+// The JSON log of a real command (an in-process env server under the
+// list-tasks logger, debug level) never repeats a key.
+func TestListTasksJSONLogHasNoDuplicateKeys(t *testing.T) {
+	code, _, errOut := execCLI(t, nil, "list-tasks", "--env", "builtin:echo", "--tools", "--log-level", "debug", "--log-format", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Positive(t, requireNoDuplicateKeys(t, errOut), "no JSON log lines to check")
+	assert.Contains(t, errOut, `"command":"list-tasks"`)
 }
 
 // Issue 10: list-tasks on an OpenEnv target prints its metadata, its action

@@ -25,9 +25,11 @@ func newLogger(io *IOStreams, level, format string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Nop(), usageErrorf("--log-format %q is not a format (allowed: console, json, auto)", format)
 	}
+	// Logs go through the status line so they print above a progress bar.
+	out := io.statusLine()
 	if console {
-		w := zerolog.ConsoleWriter{Out: io.ErrOut, TimeFormat: time.TimeOnly, NoColor: !io.IsStderrTTY()}
+		w := zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly, NoColor: !io.IsStderrTTY()}
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 	}
-	return zerolog.New(io.ErrOut).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
 }

@@ -51,7 +51,7 @@ page reloads itself; Ctrl-C stops watching. The report's path is printed on stdo
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
-			opts.Logger = deps.Logger.With().Str("component", "report").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "report").Logger()
 			opts.RunDir = args[0]
 			if opts.Interval <= 0 {
 				return usageErrorf("--interval must be positive, got %s", opts.Interval)
@@ -91,7 +91,7 @@ func runReport(ctx context.Context, opts *ReportOptions) error {
 	}
 	ro.RefreshSeconds = max(1, int(opts.Interval.Seconds()))
 	fmt.Fprintln(opts.IO.Out, out)
-	opts.Logger.Info().Str("run_dir", opts.RunDir).Str("out", out).Dur("interval", opts.Interval).Msg("watching run; Ctrl-C stops")
+	opts.Logger.Info().Str("run_dir", opts.RunDir).Str("out", out).Float64("interval", opts.Interval.Seconds()).Msg("watching run; Ctrl-C stops")
 	return report.Watch(ctx, opts.RunDir, out, opts.Interval, ro, func(err error) {
 		if err != nil {
 			opts.Logger.Warn().Err(err).Msg("report not updated")

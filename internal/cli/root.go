@@ -21,7 +21,9 @@ import (
 type Deps struct {
 	IO *IOStreams
 	// Logger is set by the root command's pre-run from --log-level and
-	// --log-format; constructors derive children with component fields.
+	// --log-format; constructors derive children with a "command" field
+	// (packages below add "component": one key each, so no JSON log line
+	// repeats a key).
 	Logger zerolog.Logger
 	// Getenv reads the process environment (a snapshot in tests).
 	Getenv func(string) string

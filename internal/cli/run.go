@@ -4,19 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
-	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -91,7 +86,7 @@ manifest.json, metrics.jsonl (TRL's metric names), trajectories.jsonl and
 checkpoints/step-N (complete or absent).
 
 Without --config, the embedded quickstart runs: a tiny random model learns the
-built-in letters env on CPU in a few minutes.
+built-in letters env on CPU in ` + quickstartTime + `.
 
 Settings resolve as: embedded defaults < --config YAML < ORTRAIN_* environment
 variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags.
@@ -217,9 +212,7 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	ro.OnStart, ro.OnMetrics, ro.OnRollout = prog.start, prog.step, prog.rollout
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
-	if res != nil && res.Steps > 0 {
-		fmt.Fprintf(opts.IO.ErrOut, "reward: step %d %.3f -> step %d %.3f\n", res.First.Step, res.First.Round.Reward, res.Last.Step, res.Last.Round.Reward)
-	}
+	printRunSummary(opts.IO.ErrOut, res)
 	if err != nil {
 		return err
 	}
@@ -260,72 +253,6 @@ func logResolved(log zerolog.Logger, cfg *config.Config) {
 		Int("num_generations", g.NumGenerations).Int("batch", g.PerDeviceTrainBatchSize).
 		Str("loss_type", g.LossType).Float64("learning_rate", g.LearningRate).Int("max_steps", g.MaxSteps).
 		Str("engine", cfg.Engine.Kind).Str("device", cfg.Worker.Device).Msg("run")
-}
-
-// progress shows a bar with step, reward and ETA on a terminal, and one
-// line per logged step otherwise.
-type progress struct {
-	io       *IOStreams
-	log      zerolog.Logger
-	bar      *progressbar.ProgressBar
-	rollouts atomic.Int64
-	first    int
-}
-
-func newProgress(io *IOStreams, log zerolog.Logger) *progress { return &progress{io: io, log: log} }
-
-func (p *progress) start(total, first int) {
-	p.first = first
-	if !p.io.IsStderrTTY() {
-		return
-	}
-	p.bar = progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(p.io.ErrOut),
-		progressbar.OptionSetDescription("training"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionSetRenderBlankState(true),
-		progressbar.OptionClearOnFinish(),
-	)
-	_ = p.bar.Set(first)
-}
-
-func (p *progress) rollout(*rollout.Trajectory) { p.rollouts.Add(1) }
-
-func (p *progress) step(m train.StepMetrics) {
-	if p.bar != nil {
-		_ = p.bar.Set(m.Step)
-		p.bar.Describe(fmt.Sprintf("step %d reward %.3f loss %+.4f", m.Step, m.Round.Reward, m.Loss))
-		return
-	}
-	ev := p.log.Info().Int("step", m.Step).Float64("reward", m.Round.Reward).Float64("reward_std", m.Round.RewardStd).
-		Float64("loss", m.Loss).Float64("grad_norm", m.GradNorm).Float64("mean_length", m.Round.MeanLength).
-		Dur("step_time", m.StepTime.Round(time.Millisecond))
-	if len(m.Outcomes) > 0 {
-		ev = ev.Str("outcomes", formatCounts(m.Outcomes))
-	}
-	ev.Msg("step")
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		_ = p.bar.Finish()
-		fmt.Fprintln(p.io.ErrOut)
-	}
-}
-
-func formatCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, ",")
 }
 
 // envVarHelp documents the environment variables, from the config's own key table.

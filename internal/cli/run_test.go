@@ -20,6 +20,7 @@ import (
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 	"github.com/ortrain/ortrain/internal/train"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -135,6 +136,7 @@ func TestRunInterruptSavesCheckpointAndClosesSessions(t *testing.T) {
 	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
 	assert.Equal(t, ExitInterrupted, exitErr.ExitCode(), "stderr: %s", &stderr)
 	assert.Contains(t, stderr.String(), "interrupted")
+	assert.Positive(t, requireNoDuplicateKeys(t, stderr.String()), "the run's JSON log has lines")
 
 	ck, step, err := train.LatestCheckpoint(out)
 	require.NoError(t, err, "stderr: %s", &stderr)
@@ -198,4 +200,68 @@ func TestRewardExpressionsAreCheckedAtStartup(t *testing.T) {
 			assert.NoDirExists(t, filepath.Join(dir, "out"), "nothing was created")
 		})
 	}
+}
+
+func TestEvalHelpListsOnlyEvalFlags(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "eval", "--help")
+	require.Equal(t, ExitOK, code, errOut)
+	for _, f := range []string{"--eval-dir", "--num-generations", "--pass-threshold", "--model", "--split", "--num-tasks", "--temperature"} {
+		assert.Contains(t, out, f)
+	}
+	for _, f := range []string{"--max-steps", "--learning-rate", "--per-device-train-batch-size", "--loss-type", "--engine", "--resume", "--overwrite"} {
+		assert.NotContains(t, out, f)
+	}
+	code, _, errOut = execCLI(t, nil, "eval", "--learning-rate", "0.1")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, errOut, "unknown flag: --learning-rate")
+}
+
+// The quickstart's duration is stated once, in quickstartTime: run --help
+// shows it and the README must say the same.
+func TestQuickstartTimeAgrees(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "run", "--help")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Contains(t, strings.Join(strings.Fields(out), " "), "on CPU in "+quickstartTime+".")
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(strings.Fields(string(readme)), " "), quickstartTime)
+}
+
+// A split the env does not have is a usage error that lists the valid
+// splits, for eval's --split and for a config's envs[].split in run.
+func TestUnknownSplitListsValidSplits(t *testing.T) {
+	dir := t.TempDir()
+	modelDir := filepath.Join(dir, "tiny")
+	cfg := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("model: %s\ninit_model_preset: tiny\noutput_dir: %s\nenvs:\n  - target: builtin:letters\n    split: bogus\n",
+		modelDir, filepath.Join(dir, "run"))), 0o644))
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"eval --split", []string{"eval", "--config", cfg, "--env", "builtin:letters", "--split", "bogus"}},
+		{"run with envs[].split", []string{"run", "--config", cfg}},
+		{"run --dry-run", []string{"run", "--config", cfg, "--dry-run"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := execCLI(t, nil, tt.args...)
+			assert.Equal(t, ExitUsage, code, errOut)
+			assert.Contains(t, errOut, `split "bogus" is not a split of builtin:letters (valid splits: train, validation, mixed)`)
+			assert.NotContains(t, errOut, "Invalid split", "the raw HTTP rejection is replaced")
+		})
+	}
+}
+
+// An env that cannot be reached gets the same hint from run as from
+// list-tasks (printError adds it for every command).
+func TestRunUnreachableEnvHint(t *testing.T) {
+	dir := t.TempDir()
+	preset, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	require.NoError(t, model.Init(filepath.Join(dir, "tiny"), preset, 1))
+	code, _, errOut := execCLI(t, nil, "run", "--env", closedURL(t), "--model", filepath.Join(dir, "tiny"), "--output-dir", filepath.Join(dir, "run"))
+	assert.Equal(t, ExitError, code, errOut)
+	assert.Contains(t, errOut, "cannot reach ORS server")
+	assert.Contains(t, errOut, "hint: is a server running there?")
 }

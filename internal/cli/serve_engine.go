@@ -82,7 +82,7 @@ The listening URL is printed on stdout; logs go to stderr.`,
 				opts.Model = args[0]
 			}
 			opts.IO, opts.Getenv = deps.IO, deps.Getenv
-			opts.Logger = deps.Logger.With().Str("component", "serve-engine").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "serve-engine").Logger()
 			if err := opts.validate(); err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -79,7 +81,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 				return usageErrorf("unexpected argument %q; extra vllm serve args go after --", args[0])
 			}
 			opts.IO, opts.Getenv, opts.Environ, opts.Executable = deps.IO, deps.Getenv, deps.Environ, deps.Executable
-			opts.Logger = deps.Logger.With().Str("component", "vllm").Logger()
+			opts.Logger = deps.Logger.With().Str("command", "serve-vllm").Logger()
 			if opts.Model == "" {
 				return usageErrorf("--model is required (a model directory or a cached Org/Name)")
 			}
@@ -102,7 +104,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 	f.BoolVar(&opts.EnableLoRA, "enable-lora", false, "allow runtime LoRA adapter loading")
 	f.IntVar(&opts.MaxLoRARank, "max-lora-rank", 16, "largest adapter rank (with --enable-lora)")
 	f.IntVar(&opts.MaxLoRAs, "max-loras", 2, "adapters resident at once (with --enable-lora)")
-	f.StringVar(&opts.LogDir, "log-dir", "vllm-logs", "directory for replica-<i>.log")
+	f.StringVar(&opts.LogDir, "log-dir", "", "directory for replica-<i>.log (default: a new ortrain-vllm-* directory under the system temp dir)")
 	f.DurationVar(&opts.StartupTimeout, "startup-timeout", 5*time.Minute, "fail a start that shows no progress for this long")
 	f.IntVar(&opts.MaxRestarts, "max-restarts", 5, "restarts per replica before giving up")
 	f.DurationVar(&opts.StopGrace, "stop-grace", 30*time.Second, "time between SIGTERM and SIGKILL on stop")
@@ -135,6 +137,16 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 	if opts.EnableLoRA {
 		launch.LoRA = &vllm.LoRALaunch{MaxRank: opts.MaxLoRARank, MaxLoras: opts.MaxLoRAs}
 	}
+	if err := findServerProgram(command[0], self); err != nil {
+		return err
+	}
+	if opts.LogDir == "" {
+		// Not the cwd: a fresh directory per invocation, printed below.
+		if opts.LogDir, err = os.MkdirTemp("", "ortrain-vllm-"); err != nil {
+			return fmt.Errorf("create log directory: %w", err)
+		}
+	}
+	fmt.Fprintf(opts.IO.ErrOut, "replica logs in %s\n", opts.LogDir)
 	events := &eventPrinter{w: opts.IO.Out}
 	sup, err := vllm.Start(ctx, vllm.Options{Launch: launch, GPUs: assign, BasePort: opts.Port, LogDir: opts.LogDir,
 		StartupTimeout: opts.StartupTimeout, MaxRestarts: opts.MaxRestarts, StopGrace: opts.StopGrace,
@@ -149,6 +161,23 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 	case <-sup.Failed():
 		return sup.Err()
 	}
+}
+
+// findServerProgram checks that the server program can be started, and
+// says how to get it when it cannot. "ortrain" is this binary (self).
+func findServerProgram(program, self string) error {
+	if program == "ortrain" && self != "" {
+		return nil
+	}
+	if _, err := exec.LookPath(program); err != nil {
+		if program == "vllm" {
+			return fmt.Errorf("vllm is not installed (not on PATH): install it with `pip install vllm` "+
+				"in the Python environment on your PATH, or pass --command with the server to run, "+
+				"e.g. --command \"ortrain serve-engine\" for ortrain's own engine (no vLLM, no GPU): %w", err)
+		}
+		return fmt.Errorf("--command program %q cannot be run: %w", program, err)
+	}
+	return nil
 }
 
 // eventPrinter writes one stdout line per replica state change.

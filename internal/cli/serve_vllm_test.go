@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -87,6 +88,13 @@ func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
 	p, _ := model.PresetByName("tiny")
 	require.NoError(t, model.InitOverwrite(dir, p, 1))
 
+	// Without --log-dir the replica logs go to a fresh directory under the
+	// temp dir, never the working directory.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+
 	deps := SystemDeps()
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: stdout, ErrOut: stderr}
@@ -95,7 +103,7 @@ func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
 	codeCh := make(chan int, 1)
 	go func() {
 		codeCh <- Execute(ctx, deps, []string{"serve-vllm", "--model", dir, "--replicas", "2", "--port", "0", "--command", bin,
-			"--log-dir", t.TempDir(), "--stop-grace", "5s", "--log-format", "json"})
+			"--stop-grace", "5s", "--log-format", "json"})
 	}()
 	ready := regexp.MustCompile(`(?m)^replica (\d) ready (http://127\.0\.0\.1:\d+) gpus= restarts=0$`)
 	require.Eventually(t, func() bool { return len(ready.FindAllString(stdout.String(), -1)) == 2 }, time.Minute, 20*time.Millisecond, stdout.String()+stderr.String())
@@ -119,5 +127,35 @@ func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
 	for _, u := range urls {
 		_, err := http.Get(u + "/health")
 		assert.Error(t, err, "%s still answers after stop", u)
+	}
+	logs, err := filepath.Glob(filepath.Join(tmp, "ortrain-vllm-*", "replica-*.log"))
+	require.NoError(t, err)
+	assert.Len(t, logs, 2, "replica logs under $TMPDIR/ortrain-vllm-*")
+	assert.Contains(t, stderr.String(), "replica logs in "+filepath.Dir(logs[0]))
+	entries, err := os.ReadDir(cwd)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "serve-vllm wrote into the working directory")
+}
+
+func TestServeVLLMWithoutVLLMSaysWhatToDo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(t, model.InitOverwrite(dir, p, 1))
+	t.Setenv("PATH", t.TempDir()) // no vllm on it
+	tests := []struct {
+		args []string
+		msgs []string
+	}{
+		{[]string{"serve-vllm", "--model", dir}, []string{"vllm is not installed", "pip install vllm", `--command "ortrain serve-engine"`}},
+		{[]string{"serve-vllm", "--model", dir, "--command", "no-such-server --flag"}, []string{`--command program "no-such-server" cannot be run`}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, errOut := execCLI(t, nil, tt.args...)
+			assert.Equal(t, ExitError, code, errOut)
+			for _, m := range tt.msgs {
+				assert.Contains(t, errOut, m)
+			}
+		})
 	}
 }

@@ -245,3 +245,25 @@ func TestSelectIndices(t *testing.T) {
 	_, err = envtarget.SelectIndices("train", 0, nil, 0)
 	assert.EqualError(t, err, `split "train" has no tasks`)
 }
+
+// NumTasks of a split the env does not have is a *SplitError listing the
+// valid splits (the run and eval paths count tasks without Describe).
+func TestNumTasksUnknownSplitIsTyped(t *testing.T) {
+	url, _ := serveEcho(t)
+	for _, target := range []string{"builtin:letters", url} {
+		t.Run(target, func(t *testing.T) {
+			e, err := resolve(t, target, nil)
+			require.NoError(t, err)
+			_, err = e.NumTasks(context.Background(), "bogus")
+			var se *envtarget.SplitError
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, "bogus", se.Split)
+			assert.NotEmpty(t, se.Valid)
+			assert.Contains(t, se.Valid, "train")
+
+			n, err := e.NumTasks(context.Background(), "train")
+			require.NoError(t, err)
+			assert.Positive(t, n)
+		})
+	}
+}

@@ -149,8 +149,23 @@ func (e *orsEnv) Name() string       { return e.name }
 // read its session counters.
 func (e *orsEnv) Server() *orsserver.Server { return e.server }
 
+// NumTasks counts the tasks of split. A server that rejects the request is
+// asked for its splits: when split is not one of them the error is a
+// *SplitError listing the valid ones.
 func (e *orsEnv) NumTasks(ctx context.Context, split string) (int, error) {
 	n, err := e.client.NumTasks(ctx, split)
+	var inv *ors.InvalidRequestError
+	if errors.As(err, &inv) {
+		if splits, serr := e.client.Splits(ctx); serr == nil {
+			var valid []string
+			for _, s := range splits {
+				valid = append(valid, s.Name)
+			}
+			if !contains(valid, split) {
+				return 0, &SplitError{Target: e.target, Split: split, Valid: valid}
+			}
+		}
+	}
 	return n, wrapORS(e.target, err)
 }
 

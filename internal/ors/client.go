@@ -150,8 +150,16 @@ func (c *Client) resolveCatalog(name string, getenv func(string) string) error {
 		web = "https://openreward.ai"
 	}
 	wu, err := url.Parse(web)
-	if err != nil || wu.Host == "" {
-		return fmt.Errorf("OPENREWARD_URL %q is not a URL", web)
+	if err != nil || wu.Host == "" || (wu.Scheme != "http" && wu.Scheme != "https") {
+		// Often a bare host:port meant as the one server to talk to: that is
+		// what OPENREWARD_SESSION_URL (or a URL target) is for.
+		return fmt.Errorf("OPENREWARD_URL %q is not a URL with a scheme (https://host): it names the platform "+
+			"whose api.<host> and sessions.<host> ortrain derives; to send every session to one server set "+
+			"OPENREWARD_SESSION_URL=http://host:port, or pass the URL as the env (--env http://host:port)", web)
+	}
+	if h := wu.Hostname(); getenv("OPENREWARD_SESSION_URL") == "" && (h == "localhost" || net.ParseIP(h) != nil) {
+		return fmt.Errorf("OPENREWARD_URL %q is a single server, not a platform with a sessions.%s host: "+
+			"set OPENREWARD_SESSION_URL=%s instead, or pass it as the env (--env %s)", web, h, web, web)
 	}
 	prefixed := func(envVar, prefix string) (string, error) {
 		if v := getenv(envVar); v != "" {

@@ -243,6 +243,13 @@ func TestNewClientTargets(t *testing.T) {
 		{name: "builtin scheme is not ORS", target: "builtin:echo", errContains: "neither a URL"},
 		{name: "bad name", target: "a/b/c", errContains: "neither a URL"},
 		{name: "bad url", target: "ftp://x", errContains: "not an http(s) URL"},
+		{name: "OPENREWARD_URL bare host:port", target: "A/B", apiKey: "k", getenv: map[string]string{"OPENREWARD_URL": "127.0.0.1:8080"},
+			errContains: `OPENREWARD_URL "127.0.0.1:8080" is not a URL with a scheme (https://host): it names the platform whose api.<host> and sessions.<host> ortrain derives; to send every session to one server set OPENREWARD_SESSION_URL=http://host:port`},
+		{name: "OPENREWARD_URL bare name", target: "A/B", apiKey: "k", getenv: map[string]string{"OPENREWARD_URL": "openreward.ai"}, errContains: "OPENREWARD_SESSION_URL"},
+		{name: "OPENREWARD_URL local server", target: "A/B", apiKey: "k", getenv: map[string]string{"OPENREWARD_URL": "http://localhost:8080"},
+			errContains: `set OPENREWARD_SESSION_URL=http://localhost:8080 instead`},
+		{name: "OPENREWARD_URL local with session override", target: "A/B", apiKey: "k",
+			getenv: map[string]string{"OPENREWARD_URL": "http://127.0.0.1:8080", "OPENREWARD_SESSION_URL": "http://127.0.0.1:8080"}, base: "http://127.0.0.1:8080", deploy: "A/B"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

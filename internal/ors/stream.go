@@ -150,7 +150,7 @@ func (c *Client) createSession(ctx context.Context, secrets string) (string, err
 		if errors.As(err, &ev) {
 			return "", &ProtocolError{URL: c.sessions + "/create_session", Detail: "session creation failed: " + ev.msg}
 		}
-		return "", fmt.Errorf("create session: %w", err)
+		return "", err // sseLoop's error already names /create_session
 	}
 	var withSID struct {
 		SID string `json:"sid"`

@@ -106,6 +106,15 @@ const (
 	OutcomeRewardError Outcome = "reward_error"
 )
 
+// Outcomes lists every outcome, so counters can report the ones that did
+// not happen as 0.
+func Outcomes() []Outcome {
+	return []Outcome{
+		OutcomeDone, OutcomeStopped, OutcomeIterations, OutcomeTruncated, OutcomeBudget,
+		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError,
+	}
+}
+
 // Failed reports whether the outcome is an infrastructure failure: such
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
@@ -182,8 +191,31 @@ type Trajectory struct {
 	// server (the trajectory is the last attempt's).
 	Retries  int
 	Duration time.Duration
-	// Phase times, summed over the episode.
+	// Phase times, summed over the episode (busy time).
 	GenTime, EnvTime time.Duration
+	// GenSpans and EnvSpans are the episode's generate and env calls as
+	// intervals, so a step's wall time per phase can be measured across
+	// concurrent rollouts (the union of all of them), not just summed.
+	GenSpans, EnvSpans []Span
+}
+
+// Span is one interval of wall-clock time.
+type Span struct {
+	Start, End time.Time
+}
+
+// addGen records a generate call that began at start and ends now.
+func (t *Trajectory) addGen(start time.Time) {
+	end := time.Now()
+	t.GenTime += end.Sub(start)
+	t.GenSpans = append(t.GenSpans, Span{Start: start, End: end})
+}
+
+// addEnv records an env call that began at start and ends now.
+func (t *Trajectory) addEnv(start time.Time) {
+	end := time.Now()
+	t.EnvTime += end.Sub(start)
+	t.EnvSpans = append(t.EnvSpans, Span{Start: start, End: end})
 }
 
 // Task is what a rollout runs: an env (by index into the runner's openers)

@@ -194,7 +194,7 @@ func (r *Runner) callEnv(ctx context.Context, tr *Trajectory, call func(context.
 	defer cancel()
 	t0 := time.Now()
 	s, err := call(cctx)
-	tr.EnvTime += time.Since(t0)
+	tr.addEnv(t0)
 	return s, err
 }
 
@@ -369,7 +369,7 @@ func (e *episode) start(ctx context.Context) (string, []envtarget.ToolSpec, erro
 
 func (e *episode) generate(ctx context.Context, ids []int32, budget, iter int) (engine.Result, error) {
 	t0 := time.Now()
-	defer func() { e.tr.GenTime += time.Since(t0) }()
+	defer func() { e.tr.addGen(t0) }()
 	seed := e.seed
 	if seed != 0 {
 		seed = seed*1000003 + int64(iter)

@@ -2,11 +2,14 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
 )
 
@@ -26,6 +30,12 @@ type EvalOptions struct {
 	// PassThreshold: a rollout passes when its reward is at least this.
 	PassThreshold float64
 	OnRollout     func(*rollout.Trajectory)
+	// OnStart reports the number of rollouts about to run.
+	OnStart func(total int)
+	// Dir is the eval's own directory (result.json, trajectories.jsonl);
+	// empty picks NewEvalDir(cfg.Model, cfg.OutputDir, now). An eval never
+	// writes to the files of a training run.
+	Dir string
 }
 
 // TaskEval is one task's results.
@@ -50,6 +60,16 @@ type EvalResult struct {
 	Duration   float64            `json:"seconds"`
 	Ks         []int              `json:"ks"`
 	Trajectory string             `json:"trajectories,omitempty"`
+
+	// What was evaluated: the model directory, its weights' hash
+	// (model.Hash) and, when the model is a run's checkpoint, its step.
+	// internal/report reads these keys from RUN_DIR/eval/<name>/result.json.
+	CheckpointStep *int   `json:"checkpoint_step,omitempty"`
+	Model          string `json:"model"`
+	ModelHash      string `json:"model_hash"`
+	// Dir is the eval's directory; Result is its result.json.
+	Dir    string `json:"-"`
+	Result string `json:"-"`
 }
 
 // Evaluate runs NumGenerations rollouts of every configured task with the
@@ -82,6 +102,9 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 			}
 		}
 	}
+	if eo.OnStart != nil {
+		eo.OnStart(len(tasks))
+	}
 	trajs := runner.RunAll(ctx, tasks, eo.OnRollout)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -92,17 +115,96 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	}
 	res := summarize(trajs, envList, agg, eo)
 	res.Duration = time.Since(start).Seconds()
-	if cfg.Logging.LogCompletions {
-		if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
-			return nil, fmt.Errorf("create output_dir: %w", err)
+	if res.Model, err = filepath.Abs(st.modelDir); err != nil {
+		return nil, fmt.Errorf("resolve model path %s: %w", st.modelDir, err)
+	}
+	if res.ModelHash, err = model.Hash(st.modelDir); err != nil {
+		return nil, fmt.Errorf("hash model %s: %w", st.modelDir, err)
+	}
+	if err := writeEvalDir(res, trajs, agg, cfg, eo.Dir); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// writeEvalDir creates the eval's directory and writes its trajectories
+// (when logging.log_completions is on) and result.json, last, so a
+// directory with result.json holds a finished eval.
+func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, agg grpo.RewardAggregation, cfg *config.Config, dir string) error {
+	var step *int
+	if dir == "" {
+		var err error
+		if dir, step, err = NewEvalDir(res.Model, cfg.OutputDir, time.Now()); err != nil {
+			return err
 		}
-		path := filepath.Join(cfg.OutputDir, "eval_trajectories.jsonl")
+	} else {
+		if _, s, ok := checkpointOf(res.Model); ok {
+			step = &s
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create eval directory: %w", err)
+		}
+	}
+	res.Dir, res.CheckpointStep = dir, step
+	if cfg.Logging.LogCompletions {
+		path := filepath.Join(dir, "trajectories.jsonl")
 		if err := writeEvalTrajectories(path, trajs, agg); err != nil {
-			return nil, err
+			return err
 		}
 		res.Trajectory = path
 	}
-	return res, nil
+	res.Result = filepath.Join(dir, "result.json")
+	if err := writeJSONAtomic(res.Result, res); err != nil {
+		return fmt.Errorf("write eval result: %w", err)
+	}
+	return nil
+}
+
+// NewEvalDir creates and returns a fresh directory for an eval of the model
+// at modelPath: RUN/eval/<step>-<time>/ when modelPath is a run's
+// checkpoint (RUN/checkpoints/step-N or its model/), else
+// outputDir/eval/<time>/. step is the checkpoint's step, nil otherwise.
+func NewEvalDir(modelPath, outputDir string, now time.Time) (dir string, step *int, err error) {
+	stamp := now.UTC().Format("20060102-150405")
+	parent, name := filepath.Join(outputDir, "eval"), stamp
+	if run, n, ok := checkpointOf(modelPath); ok {
+		parent, name, step = filepath.Join(run, "eval"), fmt.Sprintf("%06d-%s", n, stamp), &n
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", nil, fmt.Errorf("create eval directory: %w", err)
+	}
+	// Two evals started in the same second get distinct directories.
+	for i := 1; ; i++ {
+		dir = filepath.Join(parent, name)
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", dir, i)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, step, nil
+		}
+		if !errors.Is(err, os.ErrExist) || i >= 1000 {
+			return "", nil, fmt.Errorf("create eval directory: %w", err)
+		}
+	}
+}
+
+// checkpointOf recognises a run's checkpoint path, RUN/checkpoints/step-N
+// or RUN/checkpoints/step-N/model, and returns RUN and N.
+func checkpointOf(path string) (run string, step int, ok bool) {
+	p := filepath.Clean(path)
+	if filepath.Base(p) == "model" {
+		p = filepath.Dir(p)
+	}
+	digits, found := strings.CutPrefix(filepath.Base(p), "step-")
+	if !found {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || filepath.Base(filepath.Dir(p)) != "checkpoints" {
+		return "", 0, false
+	}
+	return filepath.Dir(filepath.Dir(p)), n, true
 }
 
 func summarize(trajs []*rollout.Trajectory, envList []*runEnv, agg grpo.RewardAggregation, eo EvalOptions) *EvalResult {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -32,8 +33,13 @@ func TestPassAtK(t *testing.T) {
 
 func TestEvaluateQuickstartModel(t *testing.T) {
 	requireWorker(t)
-	out := filepath.Join(t.TempDir(), "eval")
+	// The model sits where a run's checkpoint would, so the eval lands in
+	// that run's eval/<step>-<time>/ and leaves output_dir alone.
+	root := t.TempDir()
+	run := filepath.Join(root, "run")
+	out := filepath.Join(root, "elsewhere")
 	cfg := quickstart(t, out, 1)
+	cfg.Model = filepath.Join(run, "checkpoints", "step-000007", "model")
 	cfg.Envs[0].NumTasks = 3
 	res, err := Evaluate(context.Background(), cfg, EvalOptions{Logger: zerolog.Nop(), Getenv: os.Getenv, NumGenerations: 4, PassThreshold: 1})
 	require.NoError(t, err)
@@ -46,4 +52,61 @@ func TestEvaluateQuickstartModel(t *testing.T) {
 		assert.Zero(t, task.Failures)
 	}
 	assert.Equal(t, 12, countLines(t, res.Trajectory))
+
+	assert.Equal(t, filepath.Join(run, "eval"), filepath.Dir(res.Dir))
+	assert.Regexp(t, `^000007-\d{8}-\d{6}$`, filepath.Base(res.Dir))
+	assert.Equal(t, filepath.Join(res.Dir, "trajectories.jsonl"), res.Trajectory)
+	assert.NoDirExists(t, out, "an eval of a checkpoint writes nothing to output_dir")
+
+	// result.json is EvalResult plus the keys internal/report reads.
+	var got map[string]any
+	require.NoError(t, ReadJSON(filepath.Join(res.Dir, "result.json"), &got))
+	assert.Equal(t, 7.0, got["checkpoint_step"])
+	assert.Equal(t, cfg.Model, got["model"])
+	assert.Regexp(t, `^[0-9a-f]{64}$`, got["model_hash"])
+	assert.Equal(t, 12.0, got["rollouts"])
+	assert.Len(t, got["tasks"], 3)
+	for _, k := range []string{"mean_reward", "pass_at_k", "failed_rollouts", "seconds"} {
+		assert.Contains(t, got, k)
+	}
+
+	// An explicit Dir is used as given; the checkpoint's step is still recorded.
+	res2, err := Evaluate(context.Background(), cfg, EvalOptions{Logger: zerolog.Nop(), Getenv: os.Getenv, NumGenerations: 1, PassThreshold: 1, Dir: filepath.Join(root, "mine")})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "mine"), res2.Dir)
+	require.NotNil(t, res2.CheckpointStep)
+	assert.Equal(t, 7, *res2.CheckpointStep)
+	assert.FileExists(t, filepath.Join(root, "mine", "result.json"))
+}
+
+func TestNewEvalDir(t *testing.T) {
+	root := t.TempDir()
+	now := time.Date(2026, 11, 23, 22, 30, 5, 0, time.UTC)
+	ck := filepath.Join(root, "run", "checkpoints", "step-000100")
+	tests := []struct {
+		name, model string
+		wantDir     string
+		wantStep    int // -1: none
+	}{
+		{"checkpoint model dir", filepath.Join(ck, "model"), filepath.Join(root, "run", "eval", "000100-20261123-223005"), 100},
+		{"checkpoint dir", ck + "/", filepath.Join(root, "run", "eval", "000100-20261123-223005-2"), 100},
+		{"plain model dir", filepath.Join(root, "models", "tiny"), filepath.Join(root, "out", "eval", "20261123-223005"), -1},
+		{"hub repo id", "Qwen/Qwen3-4B", filepath.Join(root, "out", "eval", "20261123-223005-2"), -1},
+		{"step dir outside checkpoints", filepath.Join(root, "x", "step-000003", "model"), filepath.Join(root, "out", "eval", "20261123-223005-3"), -1},
+		{"step name not a number", filepath.Join(root, "run", "checkpoints", "step-last", "model"), filepath.Join(root, "out", "eval", "20261123-223005-4"), -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, step, err := NewEvalDir(tt.model, filepath.Join(root, "out"), now)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantDir, dir)
+			assert.DirExists(t, dir)
+			if tt.wantStep < 0 {
+				assert.Nil(t, step)
+			} else {
+				require.NotNil(t, step)
+				assert.Equal(t, tt.wantStep, *step)
+			}
+		})
+	}
 }

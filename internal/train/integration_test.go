@@ -15,6 +15,7 @@ import (
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -101,6 +102,14 @@ func TestQuickstartRunAndResume(t *testing.T) {
 		for _, k := range []string{"reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm", "entropy",
 			"completions/mean_length", "clip_ratio/region_mean", "num_tokens", "time/rollout", "time/train", "env/letters/reward_mean", "rewards/env/mean"} {
 			assert.Contains(t, m, k, "step %d", i+1)
+		}
+		// Phase wall times fit inside the step; busy times may not.
+		assert.LessOrEqual(t, m["time/generation"], m["step_time"], "step %d", i+1)
+		assert.LessOrEqual(t, m["time/env"], m["step_time"], "step %d", i+1)
+		assert.GreaterOrEqual(t, m["time/generation_busy"], m["time/generation"], "step %d", i+1)
+		assert.GreaterOrEqual(t, m["time/env_busy"], m["time/env"], "step %d", i+1)
+		for _, o := range rollout.Outcomes() {
+			assert.Contains(t, m, "rollouts/"+string(o), "step %d", i+1)
 		}
 	}
 	assert.Equal(t, 4*32, countLines(t, filepath.Join(out, "trajectories.jsonl")))

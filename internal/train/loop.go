@@ -419,10 +419,9 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 	samples := make([]grpo.Sample, len(trajs))
 	failures := 0
 	m.Outcomes = map[string]int{}
+	m.addPhaseTimes(trajs)
 	for i, t := range trajs {
 		m.Outcomes[string(t.Outcome)]++
-		m.EnvTime += t.EnvTime
-		m.GenTime += t.GenTime
 		m.FormatErrors += t.FormatErrors
 		s := grpo.Sample{
 			ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,

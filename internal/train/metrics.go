@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -34,8 +35,30 @@ type StepMetrics struct {
 	Outcomes     map[string]int
 	FormatErrors int
 
+	// EnvTime and GenTime are wall time: how long at least one rollout was
+	// in that phase. EnvBusy and GenBusy sum the phase over all rollouts
+	// (they exceed the step time when rollouts run concurrently).
 	StepTime, RolloutTime, EnvTime, GenTime, TrainTime, SyncTime time.Duration
+	EnvBusy, GenBusy                                             time.Duration
 	Extra                                                        map[string]float64
+
+	// The step's phase intervals, kept so that a second round in the same
+	// step extends the union instead of adding to it.
+	envSpans, genSpans []rollout.Span
+}
+
+// addPhaseTimes adds the trajectories' env and generation calls to the
+// step's busy times and recomputes the wall times as the union of all
+// intervals seen in this step.
+func (m *StepMetrics) addPhaseTimes(trajs []*rollout.Trajectory) {
+	for _, t := range trajs {
+		m.EnvBusy += t.EnvTime
+		m.GenBusy += t.GenTime
+		m.envSpans = append(m.envSpans, t.EnvSpans...)
+		m.genSpans = append(m.genSpans, t.GenSpans...)
+	}
+	m.EnvTime = unionDuration(m.envSpans)
+	m.GenTime = unionDuration(m.genSpans)
 }
 
 // reduceLoss combines the micro-batch sums into the step's loss metrics:
@@ -83,20 +106,22 @@ func ratio(a, b float64) float64 {
 // and failure counters.
 func (m StepMetrics) Map() map[string]float64 {
 	out := map[string]float64{
-		"step":                float64(m.Step),
-		"epoch":               float64(m.Epoch),
-		"learning_rate":       m.LearningRate,
-		"grad_norm":           m.GradNorm,
-		"loss":                m.Loss,
-		"entropy":             m.Entropy,
-		"num_tokens":          float64(m.NumTokens),
-		"step_time":           m.StepTime.Seconds(),
-		"time/rollout":        m.RolloutTime.Seconds(),
-		"time/env":            m.EnvTime.Seconds(),
-		"time/generation":     m.GenTime.Seconds(),
-		"time/train":          m.TrainTime.Seconds(),
-		"time/sync":           m.SyncTime.Seconds(),
-		"tools/format_errors": float64(m.FormatErrors),
+		"step":                 float64(m.Step),
+		"epoch":                float64(m.Epoch),
+		"learning_rate":        m.LearningRate,
+		"grad_norm":            m.GradNorm,
+		"loss":                 m.Loss,
+		"entropy":              m.Entropy,
+		"num_tokens":           float64(m.NumTokens),
+		"step_time":            m.StepTime.Seconds(),
+		"time/rollout":         m.RolloutTime.Seconds(),
+		"time/env":             m.EnvTime.Seconds(),
+		"time/generation":      m.GenTime.Seconds(),
+		"time/env_busy":        m.EnvBusy.Seconds(),
+		"time/generation_busy": m.GenBusy.Seconds(),
+		"time/train":           m.TrainTime.Seconds(),
+		"time/sync":            m.SyncTime.Seconds(),
+		"tools/format_errors":  float64(m.FormatErrors),
 	}
 	if m.HasKL {
 		out["kl"] = m.KL
@@ -114,6 +139,10 @@ func (m StepMetrics) Map() map[string]float64 {
 	if m.Rounds > 0 {
 		for k, v := range m.Round.Map() {
 			out[k] = v
+		}
+		// Every outcome is reported, 0 included, so series have no gaps.
+		for _, o := range rollout.Outcomes() {
+			out["rollouts/"+string(o)] = 0
 		}
 		for k, v := range m.Outcomes {
 			out["rollouts/"+k] = float64(v)
