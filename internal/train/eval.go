@@ -67,6 +67,8 @@ type EvalResult struct {
 	CheckpointStep *int   `json:"checkpoint_step,omitempty"`
 	Model          string `json:"model"`
 	ModelHash      string `json:"model_hash"`
+	// Adapter is the PEFT adapter evaluated over Model (LoRA runs).
+	Adapter string `json:"adapter,omitempty"`
 	// Dir is the eval's directory; Result is its result.json.
 	Dir    string `json:"-"`
 	Result string `json:"-"`
@@ -83,7 +85,14 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	if eo.NumGenerations < 1 {
 		return nil, &config.FieldError{Field: "num_generations", Value: eo.NumGenerations, Allowed: "at least 1"}
 	}
-	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger,
+	target, err := resolveEvalModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg, err = target.configFor(cfg); err != nil {
+		return nil, err
+	}
+	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger, adapterDir: target.adapter,
 		engine: func(_ context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
 			return newBuiltinEngine(cfg, p, eo.Logger), nil
 		},
@@ -121,7 +130,14 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	if res.ModelHash, err = model.Hash(st.modelDir); err != nil {
 		return nil, fmt.Errorf("hash model %s: %w", st.modelDir, err)
 	}
-	if err := writeEvalDir(res, trajs, agg, cfg, eo.Dir); err != nil {
+	source := res.Model
+	if target.adapter != "" {
+		if res.Adapter, err = filepath.Abs(target.adapter); err != nil {
+			return nil, err
+		}
+		source = res.Adapter
+	}
+	if err := writeEvalDir(res, trajs, agg, cfg, eo.Dir, source); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -130,15 +146,15 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 // writeEvalDir creates the eval's directory and writes its trajectories
 // (when logging.log_completions is on) and result.json, last, so a
 // directory with result.json holds a finished eval.
-func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, agg grpo.RewardAggregation, cfg *config.Config, dir string) error {
+func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, agg grpo.RewardAggregation, cfg *config.Config, dir, source string) error {
 	var step *int
 	if dir == "" {
 		var err error
-		if dir, step, err = NewEvalDir(res.Model, cfg.OutputDir, time.Now()); err != nil {
+		if dir, step, err = NewEvalDir(source, cfg.OutputDir, time.Now()); err != nil {
 			return err
 		}
 	} else {
-		if _, s, ok := checkpointOf(res.Model); ok {
+		if _, s, ok := checkpointOf(source); ok {
 			step = &s
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -193,7 +209,7 @@ func NewEvalDir(modelPath, outputDir string, now time.Time) (dir string, step *i
 // or RUN/checkpoints/step-N/model, and returns RUN and N.
 func checkpointOf(path string) (run string, step int, ok bool) {
 	p := filepath.Clean(path)
-	if filepath.Base(p) == "model" {
+	if b := filepath.Base(p); b == ckptModelDir || b == ckptAdapterDir {
 		p = filepath.Dir(p)
 	}
 	digits, found := strings.CutPrefix(filepath.Base(p), "step-")

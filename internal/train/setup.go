@@ -37,10 +37,11 @@ type stack struct {
 
 // stackOptions say what differs between a run and an eval.
 type stackOptions struct {
-	resumeDir string // load weights and optimizer state from this checkpoint
-	reference bool   // keep a frozen reference model (beta > 0)
-	getenv    func(string) string
-	logger    zerolog.Logger
+	resumeDir  string // load weights and optimizer state from this checkpoint
+	adapterDir string // load this PEFT adapter over the model (eval of a LoRA run)
+	reference  bool   // keep a frozen reference model (beta > 0)
+	getenv     func(string) string
+	logger     zerolog.Logger
 	// engine builds the generation backend over the loaded policy.
 	engine func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error)
 }
@@ -71,6 +72,11 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 	}
 	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
 		return nil, err
+	}
+	if so.adapterDir != "" {
+		if err = st.policy.m.LoadPEFT(ctx, so.adapterDir); err != nil {
+			return nil, err
+		}
 	}
 	if st.gen, err = so.engine(ctx, st.modelDir, st.policy); err != nil {
 		return nil, err
