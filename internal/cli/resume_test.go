@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/train"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -83,7 +84,7 @@ func runOrtrain(t *testing.T, bin, lib string, args ...string) string {
 
 // interruptAfter starts a run, sends SIGINT a random time after the
 // afterSteps-th step is logged, and waits for the exit (code 2).
-func interruptAfter(t *testing.T, bin, lib string, afterSteps int, delay time.Duration, args ...string) {
+func interruptAfter(t *testing.T, bin, lib string, afterSteps int, delay time.Duration, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, append(args, "--log-format", "json")...)
 	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
@@ -105,8 +106,11 @@ func interruptAfter(t *testing.T, bin, lib string, afterSteps int, delay time.Du
 	require.Equal(t, afterSteps, steps, "the run ended before step %d: %s", afterSteps, log.String())
 	time.Sleep(delay)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
 		}
 	}()
 	waitErr := make(chan error, 1)
@@ -117,9 +121,11 @@ func interruptAfter(t *testing.T, bin, lib string, afterSteps int, delay time.Du
 		_ = cmd.Process.Kill()
 		t.Fatal("ortrain did not exit after SIGINT")
 	}
+	<-drained
 	var exitErr *exec.ExitError
-	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
-	require.Equal(t, ExitInterrupted, exitErr.ExitCode())
+	require.True(t, errors.As(err, &exitErr), "exit: %v; log: %s", err, log.String())
+	require.Equal(t, ExitInterrupted, exitErr.ExitCode(), log.String())
+	return log.String()
 }
 
 // stepMetrics reads metrics.jsonl without the wall-clock keys, one map per line.
@@ -178,7 +184,9 @@ func TestResumeIsExact(t *testing.T) {
 					runOrtrain(t, bin, lib, "run", "--config", write(whole))
 
 					cfg := write(cut)
-					interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
+					log := interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
+					_, _, err := train.LatestCheckpoint(cut)
+					require.NoError(t, err, "the interrupted run saved its last completed step; its log: %s", log)
 					runOrtrain(t, bin, lib, "run", "--config", cfg, "--resume")
 
 					want, got := stepMetrics(t, whole), stepMetrics(t, cut)

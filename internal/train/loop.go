@@ -269,8 +269,16 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	lr := l.cfg.Schedule(l.step)
 	t0 := time.Now()
+	// Once the micro-steps are done the optimizer step runs to the end,
+	// interrupt or not (bounded by its own deadline): cutting it short
+	// could leave the weights half-updated, and finishing it makes the
+	// interrupted step complete, so it is saved.
 	var gn float64
-	err = withDeadline(ctx, l.cfg.OptimizerTimeout, func(c context.Context) (err error) {
+	optTimeout := l.cfg.OptimizerTimeout
+	if optTimeout <= 0 {
+		optTimeout = 5 * time.Minute
+	}
+	err = withDeadline(context.WithoutCancel(ctx), optTimeout, func(c context.Context) (err error) {
 		gn, err = l.policy.OptimizerStep(c, lr)
 		return err
 	})
