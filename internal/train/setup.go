@@ -272,7 +272,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		opts.Threads = runtime.NumCPU()
 	}
 	if g.LoRA.Enabled {
-		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules}
+		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules, ModulesToSave: g.LoRA.ModulesToSave}
 	}
 	if resumeDir != "" {
 		opts.Dir = checkpointModelDir(resumeDir, modelDir, g.LoRA.Enabled)

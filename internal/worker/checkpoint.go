@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/ortrain/ortrain/internal/model"
 )
@@ -51,7 +52,10 @@ func (m *Model) SaveHF(ctx context.Context, dir string) error {
 
 // SavePEFT writes the LoRA adapter as PEFT does: adapter_config.json and
 // adapter_model.safetensors with keys
-// base_model.model.<module>.lora_{A,B}.weight.
+// base_model.model.<module>.lora_{A,B}.weight, and for modules_to_save the
+// full weight under base_model.model.<HF name> (PEFT's
+// get_peft_model_state_dict strips "modules_to_save.<adapter>." from the
+// wrapper's parameter names), e.g. base_model.model.model.norm.weight.
 func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 	unlock, err := m.begin(ctx)
 	if err != nil {
@@ -67,7 +71,7 @@ func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 		"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
 		"r": l.Rank, "lora_alpha": l.Alpha, "lora_dropout": l.Dropout, "target_modules": l.TargetModules,
 		"bias": "none", "fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true,
-		"modules_to_save": nil, "use_rslora": false, "use_dora": false,
+		"modules_to_save": peftModulesToSave(l.ModulesToSave, m.cfg.TieWordEmbeddings), "use_rslora": false, "use_dora": false,
 	}
 	return writeDirAtomic(dir, func(tmp string) error {
 		b, err := json.MarshalIndent(cfg, "", "  ")
@@ -79,6 +83,25 @@ func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 		}
 		return m.writeSafetensors(ctx, filepath.Join(tmp, "adapter_model.safetensors"), KindLoRA, nil)
 	})
+}
+
+// peftModulesToSave is adapter_config.json's modules_to_save: null when
+// none, as PEFT writes it. A tied model's embedding and lm_head are one
+// trained matrix, stored under both names, so both are listed: PEFT then
+// wraps both modules and loads the same weights into each.
+func peftModulesToSave(modules []string, tied bool) []string {
+	if len(modules) == 0 {
+		return nil
+	}
+	out := slices.Clone(modules)
+	if tied {
+		for _, pair := range [][2]string{{"embed_tokens", "lm_head"}, {"lm_head", "embed_tokens"}} {
+			if slices.Contains(out, pair[0]) && !slices.Contains(out, pair[1]) {
+				out = append(out, pair[1])
+			}
+		}
+	}
+	return out
 }
 
 // LoadPEFT loads adapter weights written by SavePEFT into a model loaded

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,7 +31,17 @@ type LoRAOptions struct {
 	// TargetModules are projection names: q_proj, k_proj, v_proj, o_proj,
 	// gate_proj, up_proj, down_proj. Empty means all seven.
 	TargetModules []string
+	// ModulesToSave are modules trained in full beside the adapters, as
+	// PEFT's modules_to_save: embed_tokens, lm_head, norm, input_layernorm,
+	// post_attention_layernorm, q_norm, k_norm. Each gets a trainable copy
+	// (the loaded weights stay the base and the KL reference). With tied
+	// embeddings lm_head and embed_tokens are one matrix: naming either
+	// trains that one copy, and SavePEFT writes it under both PEFT names.
+	ModulesToSave []string
 }
+
+// saveableModules are the names LoRAOptions.ModulesToSave accepts.
+var saveableModules = []string{"embed_tokens", "lm_head", "norm", "input_layernorm", "post_attention_layernorm", "q_norm", "k_norm"}
 
 // AdamWOptions are torch.optim.AdamW's settings plus gradient clipping.
 // The learning rate is given per step (OptimizerStep), from an LRSchedule.
@@ -207,6 +218,14 @@ func resolveOptions(o ModelOptions, cfg *model.Config) (ModelOptions, model.DTyp
 		if len(l.TargetModules) == 0 {
 			l.TargetModules = allTargets
 		}
+		for _, name := range l.ModulesToSave {
+			if !slices.Contains(saveableModules, name) {
+				return o, "", fmt.Errorf("lora: module to save %q is not one of %s", name, strings.Join(saveableModules, ", "))
+			}
+			if (name == "q_norm" || name == "k_norm") && !cfg.HasQKNorm() {
+				return o, "", fmt.Errorf("lora: module to save %q: the model has no q/k norms", name)
+			}
+		}
 		o.LoRA = &l
 	}
 	return o, dt, nil
@@ -243,6 +262,7 @@ func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error)
 	if o.LoRA != nil {
 		copts.lora_rank, copts.lora_alpha, copts.lora_dropout = C.int32_t(o.LoRA.Rank), C.double(o.LoRA.Alpha), C.double(o.LoRA.Dropout)
 		copts.lora_targets = ar.cstring(strings.Join(o.LoRA.TargetModules, ","))
+		copts.lora_modules_to_save = ar.cstring(strings.Join(o.LoRA.ModulesToSave, ","))
 	}
 	eb := newErrBuf()
 	defer eb.free()

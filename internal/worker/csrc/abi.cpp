@@ -107,8 +107,13 @@ int ort_model_new(const ort_arch* arch, const ort_model_options* opts, ort_model
     m.opts = *opts;
     m.device_str = opts->device ? opts->device : "cpu";
     m.lora_targets = opts->lora_targets ? opts->lora_targets : "";
+    m.lora_save = opts->lora_modules_to_save ? opts->lora_modules_to_save : "";
     m.opts.device = nullptr;
     m.opts.lora_targets = nullptr;
+    m.opts.lora_modules_to_save = nullptr;
+    if (!m.lora_save.empty() && opts->lora_rank <= 0) {
+      throw std::runtime_error("lora_modules_to_save needs LoRA (full fine-tuning trains every module)");
+    }
     m.device = at::Device(m.device_str);
     if (m.device.is_cuda() && m.device.index() >= at::detail::getCUDAHooks().getNumGPUs()) {
       throw std::runtime_error("device " + m.device_str + " is not available (CUDA devices: " +

@@ -163,7 +163,9 @@ std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double tempera
   if (reference && !lora && !m.opts.reference) {
     throw std::runtime_error("reference log-probs requested but the model was loaded without a reference (set Reference)");
   }
-  const Weights& w = (reference && !lora) ? m.ref_view : m.view;
+  // With LoRA the reference is the base: adapters off and the frozen
+  // originals of any modules_to_save (ref_view).
+  const Weights& w = reference ? m.ref_view : m.view;
   auto h = forward(m, w, !reference, bt.ids, bt.pos, nullptr, cancel);
   auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
   check_cancel(cancel);

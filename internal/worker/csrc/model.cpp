@@ -141,6 +141,49 @@ static void make_lora(Model& m) {
   }
 }
 
+// saved_weight_names maps a modules_to_save entry to the HF weights it
+// covers. lm_head of a tied model is the embedding matrix.
+static std::vector<std::string> saved_weight_names(const Model& m, const std::string& module) {
+  std::vector<std::string> out;
+  auto per_layer = [&](const std::string& suffix) {
+    for (int i = 0; i < m.arch.num_layers; i++) out.push_back(layer_prefix(i) + suffix);
+  };
+  if (module == "embed_tokens") {
+    out.push_back("model.embed_tokens.weight");
+  } else if (module == "lm_head") {
+    out.push_back(m.arch.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  } else if (module == "norm") {
+    out.push_back("model.norm.weight");
+  } else if (module == "input_layernorm" || module == "post_attention_layernorm") {
+    per_layer(module + ".weight");
+  } else if ((module == "q_norm" || module == "k_norm") && m.arch.qk_norm) {
+    per_layer("self_attn." + module + ".weight");
+  } else {
+    throw std::runtime_error("lora: module to save " + module +
+                             " is not one of embed_tokens, lm_head, norm, input_layernorm, post_attention_layernorm, "
+                             "q_norm, k_norm (q_norm/k_norm only with qk norms)");
+  }
+  return out;
+}
+
+// make_saved gives each module to save a trainable copy of its weights, as
+// PEFT's ModulesToSaveWrapper does; the originals stay frozen (the base and
+// the reference policy). In a tied model the embedding and lm_head are one
+// matrix, so saving either (or both) trains that one copy and the adapter
+// carries it under both PEFT names.
+static void make_saved(Model& m) {
+  at::NoGradGuard ng;
+  bool tied_saved = false;
+  for (const auto& module : split_targets(m.lora_save)) {
+    if (m.arch.tie_embeddings && (module == "embed_tokens" || module == "lm_head")) tied_saved = true;
+    for (const auto& name : saved_weight_names(m, module)) {
+      if (m.saved.count(name) != 0) continue;
+      m.saved[name] = m.weights.at(name).detach().clone().set_requires_grad(true);
+    }
+  }
+  if (tied_saved) m.saved_alias["base_model.model.lm_head.weight"] = "base_model.model.model.embed_tokens.weight";
+}
+
 void finalize(Model& m) {
   for (const auto& e : expected_weights(m.arch)) {
     if (m.weights.find(e.first) == m.weights.end()) throw std::runtime_error("checkpoint lacks tensor " + e.first);
@@ -148,11 +191,15 @@ void finalize(Model& m) {
   const bool full = m.opts.lora_rank <= 0;
   for (auto& kv : m.weights) kv.second.set_requires_grad(full);
   if (!full && m.lora.empty()) make_lora(m);
+  if (!full && m.saved.empty() && !m.lora_save.empty()) make_saved(m);
   if (full && m.opts.reference) {
     for (auto& kv : m.weights) m.ref_weights[kv.first] = kv.second.detach().clone();
     m.ref_view = make_view(m, m.ref_weights, false);
   }
-  m.view = make_view(m, m.weights, true);
+  if (!full) m.ref_view = make_view(m, m.weights, false);  // adapters off, originals of saved modules
+  auto active = m.weights;  // tensor handles: the saved copies replace their originals
+  for (const auto& kv : m.saved) active[kv.first] = kv.second;
+  m.view = make_view(m, active, true);
   index_trainable(m);
   m.finalized = true;
 }

@@ -56,7 +56,7 @@ struct KVCache {
 struct Model {
   ort_arch arch{};
   ort_model_options opts{};
-  std::string device_str, lora_targets;
+  std::string device_str, lora_targets, lora_save;
   at::Device device{at::kCPU};
   at::ScalarType dtype{at::kFloat};
   std::vector<std::string> names;  // expected HF weight names, in save order
@@ -64,8 +64,14 @@ struct Model {
   std::map<std::string, at::Tensor> weights;
   std::map<std::string, at::Tensor> ref_weights;  // frozen copy (full fine-tuning + reference)
   std::map<std::string, LoraPair> lora;           // keyed by module path
+  // modules_to_save (LoRA only): trainable copies keyed by HF weight name;
+  // weights keeps the frozen originals. A tied lm_head is the embedding, so
+  // saving either trains the one copy of model.embed_tokens.weight.
+  std::map<std::string, at::Tensor> saved;
+  // PEFT names that address a saved copy besides its own (tied lm_head).
+  std::map<std::string, std::string> saved_alias;  // PEFT name -> PEFT name of the param
   double lora_scale = 0;
-  Weights view, ref_view;
+  Weights view, ref_view;  // ref_view: the frozen base (no adapters, no saved copies)
   bool finalized = false;
   NamedTensors params;                                  // what the optimizer updates, built by finalize
   std::unordered_map<std::string, size_t> param_index;  // position in params, by name

@@ -37,9 +37,14 @@ void check_shape(const std::string& name, const at::Tensor& src, at::IntArrayRef
   }
 }
 
-// find_param returns the trainable tensor called name, or nullptr.
+// find_param returns the trainable tensor called name (or a PEFT alias of
+// it), or nullptr.
 at::Tensor* find_param(Model& m, const std::string& name) {
   auto it = m.param_index.find(name);
+  if (it == m.param_index.end()) {
+    auto alias = m.saved_alias.find(name);
+    if (alias != m.saved_alias.end()) it = m.param_index.find(alias->second);
+  }
   return it == m.param_index.end() ? nullptr : &m.params[it->second].second;
 }
 
@@ -72,6 +77,7 @@ at::Tensor merged(Model& m, const std::string& name, const at::Tensor& w) {
 at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
   switch (kind) {
     case ORT_KIND_WEIGHT: {
+      if (auto sv = m.saved.find(name); sv != m.saved.end()) return sv->second;  // trained in full
       auto it = m.weights.find(name);
       if (it != m.weights.end()) return merged(m, name, it->second);
       break;
@@ -84,12 +90,13 @@ at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
       if (name == "step") return step_tensor(m);
       std::string stem;
       auto* state = optim_state(m, name, &stem);
-      if (state == nullptr || find_param(m, stem) == nullptr) break;
+      if (state == nullptr || m.param_index.count(stem) == 0) break;
       auto it = state->find(stem);
       if (it != state->end()) return it->second;
       break;
     }
     case ORT_KIND_GRAD:  // by the trainable tensor's name
+      if (m.param_index.count(name) == 0) break;
       if (auto* p = find_param(m, name)) return p->grad().defined() ? p->grad() : at::zeros_like(*p);
       break;
   }
@@ -130,6 +137,7 @@ std::vector<TensorMeta> build_listing(Model& m, int32_t kind) {
     case ORT_KIND_LORA:
       if (m.opts.lora_rank > 0) {
         for (const auto& p : m.params) add(p.first, p.second);
+        for (const auto& a : m.saved_alias) add(a.first, m.params[m.param_index.at(a.second)].second);
       }
       break;
     case ORT_KIND_OPTIM:
@@ -173,6 +181,10 @@ void index_trainable(Model& m) {
       m.params.push_back({"base_model.model." + kv.first + ".lora_A.weight", kv.second.a});
       m.params.push_back({"base_model.model." + kv.first + ".lora_B.weight", kv.second.b});
     }
+    // modules_to_save under PEFT's saved key: get_peft_model_state_dict
+    // drops "modules_to_save.<adapter>." from the wrapper's parameter name,
+    // leaving base_model.model.<HF name>.
+    for (auto& kv : m.saved) m.params.push_back({"base_model.model." + kv.first, kv.second});
   }
   for (size_t i = 0; i < m.params.size(); i++) m.param_index.emplace(m.params[i].first, i);
   forget_listings(m);
@@ -211,7 +223,7 @@ void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Ten
     }
     std::string stem;
     auto* state = optim_state(m, name, &stem);
-    const at::Tensor* p = state != nullptr ? find_param(m, stem) : nullptr;
+    const at::Tensor* p = state != nullptr && m.param_index.count(stem) != 0 ? find_param(m, stem) : nullptr;
     if (p != nullptr) {
       check_shape(name, src, p->sizes(), "expected");
       (*state)[stem] = src.to(p->device(), p->scalar_type()).clone();

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 2
+#define ORT_ABI_VERSION 3
 
 /* Element types; values cross the ABI. */
 enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
@@ -28,7 +28,8 @@ enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
 /* Tensor families addressed by name. */
 enum {
   ORT_KIND_WEIGHT = 0, /* HF names; get returns LoRA-merged weights */
-  ORT_KIND_LORA = 1,   /* PEFT names (base_model.model.<module>.lora_A.weight) */
+  ORT_KIND_LORA = 1,   /* PEFT names (base_model.model.<module>.lora_A.weight;
+                          base_model.model.<HF name> for modules_to_save) */
   ORT_KIND_OPTIM = 2,  /* "exp_avg.<name>", "exp_avg_sq.<name>", "step" */
   ORT_KIND_GRAD = 3    /* gradient of a trainable tensor, by its weight/LoRA name (get only) */
 };
@@ -90,6 +91,11 @@ typedef struct {
   int32_t grad_checkpointing;
   double beta1, beta2, adam_eps, weight_decay, max_grad_norm;
   int64_t logprob_chunk_rows; /* token rows per vocab-projection chunk; 0 = auto */
+  /* With LoRA: comma-separated modules trained in full, as PEFT's
+   * modules_to_save (embed_tokens, lm_head, norm, input_layernorm,
+   * post_attention_layernorm, q_norm, k_norm). Each gets a trainable copy;
+   * the loaded weights stay frozen as the base/reference. NULL or "" = none. */
+  const char *lora_modules_to_save;
 } ort_model_options;
 
 /* A micro-batch. Row i has tokens[token_off[i] .. token_off[i+1]) and
