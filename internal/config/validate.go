@@ -126,6 +126,10 @@ func (c *Config) validateEnvs() error {
 }
 
 func (c *Config) validateRuntime() error {
+	if c.Engine.Kind == "vllm" && c.GRPO.LoRA.Enabled && len(c.GRPO.LoRA.ModulesToSave) > 0 {
+		return bad("grpo.lora.modules_to_save", c.GRPO.LoRA.ModulesToSave,
+			"empty with engine.kind vllm: vLLM loads LoRA adapters without full modules (use engine.kind builtin, or turn LoRA off to sync full weights)")
+	}
 	r := c.Rollout
 	switch {
 	case r.MaxConcurrency < 1:
