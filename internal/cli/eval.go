@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -151,6 +152,32 @@ func writeEval(opts *EvalOptions, res *train.EvalResult) error {
 			row = append(row, fmt.Sprintf("%.3f", t.PassAtK[fmt.Sprintf("pass@%d", k)]))
 		}
 		tp.AddRow(append(row, fmt.Sprint(t.Failures))...)
+	}
+	if err := tp.Render(); err != nil {
+		return err
+	}
+	// Each reward function's mean over every rollout (pass@k above is on
+	// their weighted sum).
+	names := make([]string, 0, len(res.Rewards))
+	for k := range res.Rewards {
+		if strings.HasSuffix(k, "/mean") {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	fmt.Fprintln(out)
+	tp = newTablePrinter(out, opts.Run.IO.IsStdoutTTY())
+	tp.AddRow("REWARD", "MEAN", "STD")
+	for _, k := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(k, "rewards/"), "/mean")
+		std := "-"
+		if v, ok := res.Rewards["rewards/"+name+"/std"]; ok {
+			std = fmt.Sprintf("%.3f", v)
+		}
+		tp.AddRow(name, fmt.Sprintf("%.3f", res.Rewards[k]), std)
 	}
 	return tp.Render()
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
 )
@@ -69,6 +68,9 @@ type EvalResult struct {
 	ModelHash      string `json:"model_hash"`
 	// Adapter is the PEFT adapter evaluated over Model (LoRA runs).
 	Adapter string `json:"adapter,omitempty"`
+	// Rewards are each reward function's mean and std over the rollouts
+	// (rewards/<name>/mean, as in training); pass@k is on their weighted sum.
+	Rewards map[string]float64 `json:"rewards,omitempty"`
 	// Dir is the eval's directory; Result is its result.json.
 	Dir    string `json:"-"`
 	Result string `json:"-"`
@@ -118,11 +120,22 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	agg, err := grpo.ParseRewardAggregation(cfg.GRPO.RewardAggregation)
+	// The run's reward functions score the rollouts: pass@k is on their
+	// weighted sum, and each function's mean is reported.
+	keys := make([]string, len(envList))
+	for i, e := range envList {
+		keys[i] = e.Key
+	}
+	scores, err := scoreRollouts(ctx, st.rewards, trajs, keys)
 	if err != nil {
 		return nil, err
 	}
-	res := summarize(trajs, envList, agg, eo)
+	totals := make([]float64, len(scores))
+	for i, s := range scores {
+		totals[i] = s.Total
+	}
+	res := summarize(trajs, totals, envList, eo)
+	res.Rewards = st.rewards.Metrics(scores)
 	res.Duration = time.Since(start).Seconds()
 	if res.Model, err = filepath.Abs(st.modelDir); err != nil {
 		return nil, fmt.Errorf("resolve model path %s: %w", st.modelDir, err)
@@ -137,7 +150,7 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 		}
 		source = res.Adapter
 	}
-	if err := writeEvalDir(res, trajs, agg, cfg, eo.Dir, source); err != nil {
+	if err := writeEvalDir(res, trajs, totals, cfg, eo.Dir, source); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -146,7 +159,7 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 // writeEvalDir creates the eval's directory and writes its trajectories
 // (when logging.log_completions is on) and result.json, last, so a
 // directory with result.json holds a finished eval.
-func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, agg grpo.RewardAggregation, cfg *config.Config, dir, source string) error {
+func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, totals []float64, cfg *config.Config, dir, source string) error {
 	var step *int
 	if dir == "" {
 		var err error
@@ -164,7 +177,7 @@ func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, agg grpo.RewardA
 	res.Dir, res.CheckpointStep = dir, step
 	if cfg.Logging.LogCompletions {
 		path := filepath.Join(dir, "trajectories.jsonl")
-		if err := writeEvalTrajectories(path, trajs, agg); err != nil {
+		if err := writeEvalTrajectories(path, trajs, totals); err != nil {
 			return err
 		}
 		res.Trajectory = path
@@ -223,7 +236,9 @@ func checkpointOf(path string) (run string, step int, ok bool) {
 	return filepath.Dir(filepath.Dir(p)), n, true
 }
 
-func summarize(trajs []*rollout.Trajectory, envList []*runEnv, agg grpo.RewardAggregation, eo EvalOptions) *EvalResult {
+// summarize reduces the rollouts' rewards (totals, one per rollout) to
+// per-task means and pass@k; a failed or unscored rollout counts as 0.
+func summarize(trajs []*rollout.Trajectory, totals []float64, envList []*runEnv, eo EvalOptions) *EvalResult {
 	n := eo.NumGenerations
 	res := &EvalResult{Rollouts: len(trajs), PassAtK: map[string]float64{}}
 	for k := 1; k <= n; k *= 2 {
@@ -237,10 +252,12 @@ func summarize(trajs []*rollout.Trajectory, envList []*runEnv, agg grpo.RewardAg
 		group := trajs[i : i+n]
 		t0 := group[0].Task
 		te := TaskEval{Env: envList[t0.Env].Key, Split: t0.Split, Index: t0.Index, PassAtK: map[string]float64{}}
-		for _, tr := range group {
-			r := agg.Aggregate(tr.Rewards)
+		for j, tr := range group {
+			r := totals[i+j]
 			if tr.Outcome.Failed() {
 				te.Failures++
+			}
+			if tr.Outcome.Failed() || math.IsNaN(r) {
 				r = 0
 			}
 			te.Rewards = append(te.Rewards, r)
@@ -289,14 +306,14 @@ func passAtK(n, c, k int) float64 {
 	return 1 - p
 }
 
-func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, agg grpo.RewardAggregation) error {
+func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, totals []float64) error {
 	w, err := openJSONL(path)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	for _, t := range trajs {
-		r := agg.Aggregate(t.Rewards)
+	for i, t := range trajs {
+		r := totals[i]
 		if t.Outcome.Failed() {
 			r = math.NaN()
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/reward"
 )
 
 // pass@k against the closed form 1 - C(n-c,k)/C(n,k), by hand.
@@ -109,4 +111,25 @@ func TestNewEvalDir(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Issue 16: eval reports every reward function's mean, and pass@k is on
+// their weighted sum.
+func TestEvaluateReportsRewardFunctions(t *testing.T) {
+	requireWorker(t)
+	out := filepath.Join(t.TempDir(), "eval")
+	cfg := quickstart(t, out, 1)
+	cfg.Envs[0].NumTasks = 2
+	two := 2.0
+	cfg.Rewards = []reward.Spec{
+		{Name: "env", Kind: reward.KindEnv},
+		{Name: "always", Kind: reward.KindExpression, Weight: &two, Expression: "1.0"},
+	}
+	res, err := Evaluate(context.Background(), cfg, EvalOptions{Logger: zerolog.Nop(), Getenv: os.Getenv, NumGenerations: 2, PassThreshold: 2})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, res.Rewards["rewards/always/mean"])
+	assert.Contains(t, res.Rewards, "rewards/env/mean")
+	// Every rollout's combined reward is env + 2, so all of them pass at 2.
+	assert.Equal(t, 1.0, res.PassAtK["pass@1"])
+	assert.InDelta(t, res.Rewards["rewards/env/mean"]+2, res.MeanReward, 1e-9)
 }
