@@ -58,6 +58,15 @@ func readMetrics(t *testing.T, dir string) []map[string]float64 {
 	return out
 }
 
+// meanOf is the mean of key over metric lines.
+func meanOf(ms []map[string]float64, key string) float64 {
+	s := 0.0
+	for _, m := range ms {
+		s += m[key]
+	}
+	return s / float64(len(ms))
+}
+
 func countLines(t *testing.T, path string) int {
 	t.Helper()
 	f, err := os.Open(path)
@@ -179,14 +188,7 @@ func TestQuickstartLearns(t *testing.T) {
 	require.NoError(t, err)
 	metrics := readMetrics(t, out)
 	require.Len(t, metrics, 100)
-	mean := func(ms []map[string]float64) float64 {
-		s := 0.0
-		for _, m := range ms {
-			s += m["reward"]
-		}
-		return s / float64(len(ms))
-	}
-	first, last := mean(metrics[:5]), mean(metrics[90:])
+	first, last := meanOf(metrics[:5], "reward"), meanOf(metrics[90:], "reward")
 	t.Logf("mean reward: first 5 steps %.3f, last 10 steps %.3f (checkpoint %s)", first, last, res.Checkpoint)
 	assert.LessOrEqual(t, first, 0.1)
 	assert.GreaterOrEqual(t, last, 0.5)

@@ -51,18 +51,11 @@ func TestQuickstartLoRALearnsWithModulesToSave(t *testing.T) {
 			require.NoError(t, err)
 			metrics := readMetrics(t, out)
 			require.Len(t, metrics, steps)
-			mean := func(ms []map[string]float64) float64 {
-				s := 0.0
-				for _, m := range ms {
-					s += m["reward"]
-				}
-				return s / float64(len(ms))
-			}
 			curve := make([]float64, 0, 10)
 			for i := 0; i < steps; i += 10 {
-				curve = append(curve, mean(metrics[i:i+10]))
+				curve = append(curve, meanOf(metrics[i:i+10], "reward"))
 			}
-			first, last := mean(metrics[:5]), mean(metrics[steps-10:])
+			first, last := meanOf(metrics[:5], "reward"), meanOf(metrics[steps-10:], "reward")
 			t.Logf("mean reward: first 5 steps %.3f, last 10 steps %.3f; per 10 steps %.3f", first, last, curve)
 			assert.LessOrEqual(t, first, 0.1)
 			if tc.learns {

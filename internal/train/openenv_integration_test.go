@@ -33,14 +33,7 @@ func TestQuickstartOverOpenEnvLearns(t *testing.T) {
 	require.NoError(t, err)
 	metrics := readMetrics(t, out)
 	require.Len(t, metrics, 100)
-	mean := func(ms []map[string]float64) float64 {
-		s := 0.0
-		for _, m := range ms {
-			s += m["reward"]
-		}
-		return s / float64(len(ms))
-	}
-	first, last := mean(metrics[:5]), mean(metrics[90:])
+	first, last := meanOf(metrics[:5], "reward"), meanOf(metrics[90:], "reward")
 	t.Logf("over OpenEnv, mean reward: first 5 steps %.3f, last 10 steps %.3f", first, last)
 	assert.LessOrEqual(t, first, 0.1)
 	assert.GreaterOrEqual(t, last, 0.5)

@@ -36,16 +36,9 @@ func TestQuickstartWithExpressionRewardLearns(t *testing.T) {
 	for _, k := range []string{"rewards/env/mean", "rewards/env/std", "rewards/brevity/mean", "env/letters/reward_mean"} {
 		assert.Contains(t, metrics[len(metrics)-1], k)
 	}
-	mean := func(ms []map[string]float64, key string) float64 {
-		s := 0.0
-		for _, m := range ms {
-			s += m[key]
-		}
-		return s / float64(len(ms))
-	}
-	first, last := mean(metrics[:5], "rewards/env/mean"), mean(metrics[90:], "rewards/env/mean")
+	first, last := meanOf(metrics[:5], "rewards/env/mean"), meanOf(metrics[90:], "rewards/env/mean")
 	t.Logf("env reward: first 5 steps %.3f, last 10 steps %.3f; brevity last 10 %.3f; combined last 10 %.3f",
-		first, last, mean(metrics[90:], "rewards/brevity/mean"), mean(metrics[90:], "reward"))
+		first, last, meanOf(metrics[90:], "rewards/brevity/mean"), meanOf(metrics[90:], "reward"))
 	assert.LessOrEqual(t, first, 0.1)
 	assert.GreaterOrEqual(t, last, 0.5)
 	// The logged reward is the weighted sum the advantages came from.
