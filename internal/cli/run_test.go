@@ -265,3 +265,22 @@ func TestRunUnreachableEnvHint(t *testing.T) {
 	assert.Contains(t, errOut, "cannot reach ORS server")
 	assert.Contains(t, errOut, "hint: is a server running there?")
 }
+
+// Issue 14: --dry-run refuses what the run would then fail on — an
+// output_dir holding a run, a vLLM command that is not installed — and
+// creates nothing.
+func TestDryRunChecksWhatTheRunWouldFailOn(t *testing.T) {
+	dir := t.TempDir()
+	held := filepath.Join(dir, "held")
+	require.NoError(t, os.MkdirAll(filepath.Join(held, "checkpoints"), 0o755))
+	code, _, errOut := execCLI(t, nil, "run", "--dry-run", "--output-dir", held)
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "output_dir holds an earlier run")
+
+	fresh := filepath.Join(dir, "fresh")
+	code, _, errOut = execCLI(t, map[string]string{"ORTRAIN_ENGINE_VLLM_COMMAND": "no-such-vllm-binary serve"},
+		"run", "--dry-run", "--output-dir", fresh, "--engine", "vllm")
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "engine.vllm_command")
+	assert.NoDirExists(t, fresh, "--dry-run creates nothing")
+}

@@ -119,12 +119,10 @@ func PrepareModel(cfg *config.Config, getenv func(string) string, log zerolog.Lo
 			}
 		}
 	}
-	dir, searched, err := model.Resolve(cfg.Model, getenv)
+	// model.Resolve's error names the model, the paths searched and the fix.
+	dir, _, err := model.Resolve(cfg.Model, getenv)
 	if err != nil {
-		if len(searched) > 0 {
-			return "", fmt.Errorf("model %q: %w (searched: %s)", cfg.Model, err, strings.Join(searched, ", "))
-		}
-		return "", fmt.Errorf("model %q: %w", cfg.Model, err)
+		return "", err
 	}
 	return dir, nil
 }
