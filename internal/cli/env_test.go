@@ -19,13 +19,21 @@ import (
 // returns the URL it printed.
 func serveInBackground(t *testing.T, args ...string) string {
 	t.Helper()
+	return serveUntilCleanup(t, []string{"env", "serve"}, args...)
+}
+
+// serveUntilCleanup runs a serving command (cmd args...) until the test
+// ends, checks it then stops cleanly, and returns the URL it printed.
+func serveUntilCleanup(t *testing.T, cmd []string, args ...string) string {
+	t.Helper()
 	deps := SystemDeps()
 	out, errOut := &lockedBuffer{}, &lockedBuffer{}
 	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: out, ErrOut: errOut}
 	deps.Getenv = func(string) string { return "" }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- Execute(ctx, deps, append([]string{"env", "serve", "--log-format", "json"}, args...)) }()
+	argv := append(append(append([]string(nil), cmd...), "--log-format", "json"), args...)
+	go func() { done <- Execute(ctx, deps, argv) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -33,7 +41,7 @@ func serveInBackground(t *testing.T, args ...string) string {
 			assert.Equal(t, ExitOK, code, errOut.String())
 			assert.Contains(t, errOut.String(), `"message":"stopped"`)
 		case <-time.After(15 * time.Second):
-			t.Error("env serve did not stop after cancel")
+			t.Errorf("%s did not stop after cancel", strings.Join(cmd, " "))
 		}
 	})
 	var url string

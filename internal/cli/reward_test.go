@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"net"
@@ -20,31 +19,7 @@ import (
 // test ends and returns the URL it printed.
 func serveRewardExample(t *testing.T, args ...string) string {
 	t.Helper()
-	deps := SystemDeps()
-	out, errOut := &lockedBuffer{}, &lockedBuffer{}
-	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: out, ErrOut: errOut}
-	deps.Getenv = func(string) string { return "" }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- Execute(ctx, deps, append([]string{"reward", "serve-example", "--log-format", "json"}, args...))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			assert.Equal(t, ExitOK, code, errOut.String())
-			assert.Contains(t, errOut.String(), `"message":"stopped"`)
-		case <-time.After(15 * time.Second):
-			t.Error("reward serve-example did not stop after cancel")
-		}
-	})
-	var url string
-	require.Eventually(t, func() bool {
-		url = strings.TrimSpace(out.String())
-		return url != ""
-	}, 10*time.Second, 10*time.Millisecond, "stderr: %s", errOut.String())
-	return url
+	return serveUntilCleanup(t, []string{"reward", "serve-example"}, args...)
 }
 
 // TestRewardServeExampleScoresThroughTheContract serves the example scorer
