@@ -12,6 +12,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/engine/serve"
+	"github.com/ortrain/ortrain/internal/vllm"
 )
 
 // ServeEngineOptions are the inputs of `ortrain serve-engine`. The flags are
@@ -37,6 +38,7 @@ type ServeEngineOptions struct {
 	DType           string
 	Seed            int64
 	NoAccessLog     bool
+	APIKey          string
 
 	Device    string
 	Threads   int
@@ -83,6 +85,9 @@ The listening URL is printed on stdout; logs go to stderr.`,
 			}
 			opts.IO, opts.Getenv = deps.IO, deps.Getenv
 			opts.Logger = deps.Logger.With().Str("command", "serve-engine").Logger()
+			if opts.APIKey == "" {
+				opts.APIKey = deps.Getenv("VLLM_API_KEY")
+			}
 			if err := opts.validate(); err != nil {
 				return err
 			}
@@ -94,7 +99,8 @@ The listening URL is printed on stdout; logs go to stderr.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "", "model directory (or the positional MODEL)")
-	f.StringVar(&opts.Host, "host", "127.0.0.1", "address to bind (keep loopback: the control routes have no auth)")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address to bind (beyond loopback an API key is required)")
+	f.StringVar(&opts.APIKey, "api-key", "", "require this Bearer token on every route but /health (default: $VLLM_API_KEY, as vllm serve; prefer the variable: flags show in ps)")
 	f.IntVar(&opts.Port, "port", 8000, "port to listen on (0: a free port)")
 	f.StringVar(&opts.ServedModelName, "served-model-name", "", "name clients send as \"model\" (default: the model path)")
 	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (default: max_position_embeddings)")
@@ -129,6 +135,8 @@ func (o *ServeEngineOptions) validate() error {
 		return usageErrorf("--max-lora-rank %d must be at least 1", o.MaxLoRARank)
 	case o.MaxBatch < 1:
 		return usageErrorf("--max-batch %d must be at least 1", o.MaxBatch)
+	case o.APIKey == "" && !vllm.IsLoopback(o.Host):
+		return usageErrorf("--host %s is reachable beyond this machine: give an API key (VLLM_API_KEY or --api-key) so the control routes are not open, or bind to 127.0.0.1", o.Host)
 	}
 	return nil
 }
@@ -145,7 +153,7 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	}
 	defer backend.Close()
 	so := serve.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
-		EOSIDs: backend.EOSIDs(), LoRA: opts.EnableLoRA, Logger: opts.Logger,
+		EOSIDs: backend.EOSIDs(), LoRA: opts.EnableLoRA, APIKey: opts.APIKey, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
 	if so.ModelName == "" {
 		so.ModelName = opts.Model

@@ -49,6 +49,7 @@ func TestServeEngineUsageErrors(t *testing.T) {
 		{[]string{"serve-engine", "m", "--generation-config", "auto"}, "supports only vllm"},
 		{[]string{"serve-engine", "m", "--enable-lora", "--max-lora-rank", "0"}, "--max-lora-rank 0"},
 		{[]string{"serve-engine", "m", "--port", "70000"}, "is not a port"},
+		{[]string{"serve-engine", "m", "--host", "0.0.0.0"}, "--host 0.0.0.0 is reachable beyond this machine: give an API key"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

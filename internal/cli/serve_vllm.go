@@ -97,7 +97,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 	f.IntVar(&opts.TensorParallel, "tensor-parallel-size", 1, "GPUs per replica")
 	f.IntVar(&opts.Replicas, "replicas", 0, "number of servers (0: GPUs / tensor-parallel-size, at least 1)")
 	f.IntVar(&opts.Port, "port", 8000, "port of replica 0; replica i gets port+i (0: free ports)")
-	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the servers bind (keep loopback: the dev routes have no auth)")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the servers bind (beyond loopback, VLLM_API_KEY must be set: the servers then require it as a Bearer token)")
 	f.StringVar(&opts.Command, "command", "vllm serve", "program and leading args of each server, split on spaces")
 	f.Float64Var(&opts.GPUMemoryUtil, "gpu-memory-utilization", 0, "fraction of each GPU's memory vLLM may use (0: vLLM's default)")
 	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (0: the model's)")
@@ -131,6 +131,10 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 	self, _ := opts.Executable()
 	launch := vllm.LaunchConfig{Command: command, Self: self, Model: dir, Host: opts.Host, TensorParallelSize: opts.TensorParallel,
 		GPUMemoryUtilization: opts.GPUMemoryUtil, MaxModelLen: opts.MaxModelLen, ExtraArgs: opts.ExtraArgs, Environ: opts.Environ()}
+	launch.APIKey = opts.Getenv("VLLM_API_KEY")
+	if err := launch.CheckExposure(); err != nil {
+		return &UsageError{Err: err}
+	}
 	if opts.EnableLoRA && !slices.Contains([]int{1, 8, 16, 32, 64, 128, 256, 320, 512}, opts.MaxLoRARank) {
 		return usageErrorf("--max-lora-rank %d: vLLM accepts 1, 8, 16, 32, 64, 128, 256, 320 or 512", opts.MaxLoRARank)
 	}

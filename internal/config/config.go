@@ -227,6 +227,13 @@ type EngineConfig struct {
 	VLLMSyncTimeout          time.Duration `mapstructure:"vllm_sync_timeout"`
 	VLLMStartupTimeout       time.Duration `mapstructure:"vllm_startup_timeout"`
 	VLLMMaxRestarts          int           `mapstructure:"vllm_max_restarts"`
+	// VLLMHost is the address launched replicas bind (default 127.0.0.1).
+	// Beyond loopback they get an API key: VLLMAPIKey, or a random one.
+	VLLMHost string `mapstructure:"vllm_host"`
+	// VLLMAPIKey is sent as a Bearer token to every server (vllm_urls
+	// started with --api-key, or launched replicas). A secret: config.yaml
+	// shows it as <redacted>; prefer ORTRAIN_ENGINE_VLLM_API_KEY.
+	VLLMAPIKey string `mapstructure:"vllm_api_key"`
 }
 
 // WorkerConfig locates and configures the libtorch worker.
@@ -318,6 +325,7 @@ func Default() Config {
 			VLLMSyncTimeout:    10 * time.Minute,
 			VLLMStartupTimeout: 5 * time.Minute,
 			VLLMMaxRestarts:    5,
+			VLLMHost:           "127.0.0.1",
 		},
 		Worker: WorkerConfig{
 			Device: "cpu", DType: "float32",

@@ -126,6 +126,9 @@ func TestValidationErrors(t *testing.T) {
 		{"device", func(c *Config) { c.Worker.Device = "gpu0" }, "worker.device"},
 		{"dtype", func(c *Config) { c.Worker.DType = "fp8" }, "worker.dtype"},
 		{"engine", func(c *Config) { c.Engine.Kind = "sglang" }, "engine.kind"},
+		{"vllm host url", func(c *Config) { c.Engine.VLLMHost = "http://0.0.0.0" }, "engine.vllm_host"},
+		{"vllm host port", func(c *Config) { c.Engine.VLLMHost = "10.0.0.1:8000" }, "engine.vllm_host"},
+		{"vllm key redacted", func(c *Config) { c.Engine.VLLMAPIKey = Redacted }, "engine.vllm_api_key"},
 		{"env target", func(c *Config) { c.Envs = []EnvConfig{{Split: "train", Weight: 1}} }, "envs[0].target"},
 		{"env exclusive", func(c *Config) {
 			c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, NumTasks: 3, Indices: []int{1}}}
@@ -342,4 +345,17 @@ envs:
 	assert.Equal(t, []string{"OPENAI_API_KEY", "ZED_TOKEN"}, cfg.Envs[0].SecretNames())
 	assert.Empty(t, cfg.Envs[1].SecretNames())
 	assert.Equal(t, "sk-live-123", cfg.Envs[0].Secrets["OPENAI_API_KEY"], "the config itself keeps the value")
+
+	cfg, err = Resolve(Source{Getenv: func(k string) string {
+		if k == "ORTRAIN_ENGINE_VLLM_API_KEY" {
+			return "replica-key-789"
+		}
+		return ""
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, "replica-key-789", cfg.Engine.VLLMAPIKey)
+	y, err = cfg.YAML()
+	require.NoError(t, err)
+	assert.NotContains(t, string(y), "replica-key-789")
+	assert.Contains(t, string(y), "vllm_api_key: <redacted>")
 }

@@ -326,9 +326,13 @@ const Redacted = "<redacted>"
 
 // YAML renders the configuration with its config-file keys, for
 // --print-config and the run directory's config.yaml. Env secrets are shown
-// as <redacted>, key by key: their values are never written.
+// as <redacted>, key by key, and so is engine.vllm_api_key: their values
+// are never written.
 func (c *Config) YAML() ([]byte, error) {
 	shown := *c
+	if shown.Engine.VLLMAPIKey != "" {
+		shown.Engine.VLLMAPIKey = Redacted
+	}
 	shown.Envs = slices.Clone(c.Envs)
 	for i, e := range shown.Envs {
 		if e.Secrets == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/ortrain/ortrain/internal/reward"
 	"math"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -173,6 +174,10 @@ func (c *Config) validateRuntime() error {
 		return bad("engine.vllm_sync_timeout", c.Engine.VLLMSyncTimeout, "positive durations for vllm_sync_timeout and vllm_startup_timeout")
 	case c.Engine.VLLMMaxRestarts < 0:
 		return bad("engine.vllm_max_restarts", c.Engine.VLLMMaxRestarts, ">= 0")
+	case !bindHost(c.Engine.VLLMHost):
+		return bad("engine.vllm_host", c.Engine.VLLMHost, "an address or host name to bind, such as 127.0.0.1 or 0.0.0.0 (no scheme, no port)")
+	case c.Engine.VLLMAPIKey == Redacted:
+		return bad("engine.vllm_api_key", Redacted, "the key itself (a run's config.yaml hides it), preferably as ORTRAIN_ENGINE_VLLM_API_KEY")
 	case c.Engine.Kind == "vllm" && len(c.Engine.VLLMURLs) == 0 && len(c.Engine.VLLMGPUs) == 0 && len(c.Engine.VLLMCommand) == 0:
 		return bad("engine.vllm_gpus", c.Engine.VLLMGPUs, "GPUs to launch vLLM on (or engine.vllm_urls of running servers) when engine.kind is vllm")
 	case !deviceRE.MatchString(c.Worker.Device):
@@ -366,4 +371,15 @@ func (g *GRPOConfig) LossConfig() (grpo.LossConfig, error) {
 		return lc, fmt.Errorf("config grpo: %w", err)
 	}
 	return lc, nil
+}
+
+// bindHost: a host name or an IP address, without scheme or port.
+func bindHost(h string) bool {
+	if h == "" || strings.ContainsAny(h, " \t/@") {
+		return false
+	}
+	if strings.Contains(h, ":") {
+		return net.ParseIP(strings.Trim(h, "[]")) != nil
+	}
+	return true
 }

@@ -29,6 +29,9 @@ type Request struct {
 	StopIDs []int32
 	// Seed makes the request reproducible; 0 lets the backend choose.
 	Seed int64
+	// SessionKey is the same for every turn of one rollout ("" for none):
+	// backends keep such turns where the previous ones' KV cache is.
+	SessionKey string
 }
 
 // StopReason says why a completion ended.

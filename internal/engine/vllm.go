@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -82,20 +81,26 @@ type VLLMOptions struct {
 	// restarting replica (defaults 100ms, 2s).
 	RetryBase, RetryCap time.Duration
 	HTTPClient          *http.Client
-	Logger              zerolog.Logger
+	// APIKey is sent as a Bearer token to every server (launched replicas
+	// get it as VLLM_API_KEY through Launch.APIKey). Never logged.
+	APIKey string
+	// Router shapes session affinity and failover.
+	Router RouterOptions
+	Logger zerolog.Logger
 }
 
 // VLLM generates through vLLM's /v1/completions with token ids in and out.
-// Requests go to the ready endpoint with the fewest outstanding requests and
-// are retried elsewhere on 5xx or connection loss, so a replica restart does
-// not fail a step. SyncWeights holds new requests until the new weights are
+// All turns of a rollout (Request.SessionKey) go to one replica, chosen by
+// rendezvous hash among the healthy, not overloaded ones, so its prefix
+// cache is reused; requests are retried elsewhere on 5xx or connection
+// loss, so a replica restart or death does not fail a step. SyncWeights holds new requests until the new weights are
 // live everywhere.
 type VLLM struct {
-	opts        VLLMOptions
-	outstanding []atomic.Int64
-	gate        *vllm.PauseGate
-	stopSup     func()
-	supervisor  *vllm.Supervisor
+	opts       VLLMOptions
+	router     *router
+	gate       *vllm.PauseGate
+	stopSup    func()
+	supervisor *vllm.Supervisor
 
 	// serial admits one SyncWeights at a time; syncMu orders the pushes of
 	// SyncWeights and of the restart hook.
@@ -193,8 +198,21 @@ func newVLLM(opts VLLMOptions) (*VLLM, error) {
 
 func (v *VLLM) setEndpoints(eps []vllm.Endpoint) {
 	v.opts.Endpoints = eps
-	v.outstanding = make([]atomic.Int64, len(eps))
+	v.router = newRouter(eps, v.opts.Router)
 }
+
+// client is the API client of endpoint ep, carrying the API key.
+func (v *VLLM) client(ep vllm.Endpoint) (*vllm.Client, error) {
+	c, err := vllm.NewClient(ep.URL(), v.opts.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	return c.WithAPIKey(v.opts.APIKey), nil
+}
+
+// RouterStats counts requests per replica and sessions moved off a failed
+// replica.
+func (v *VLLM) RouterStats() RouterStats { return v.router.stats() }
 
 func (v *VLLM) probe(ctx context.Context) error {
 	if len(v.opts.Endpoints) == 0 {
@@ -202,7 +220,7 @@ func (v *VLLM) probe(ctx context.Context) error {
 	}
 	needs := vllm.Needs{FullSync: v.opts.SyncMode == SyncFull, LoRA: v.opts.SyncMode == SyncLoRA}
 	for _, ep := range v.opts.Endpoints {
-		c, err := vllm.NewClient(ep.URL(), v.opts.HTTPClient)
+		c, err := v.client(ep)
 		if err != nil {
 			return err
 		}
@@ -245,7 +263,7 @@ func (v *VLLM) Generate(ctx context.Context, req Request) (Result, error) {
 		Name: "vllm generate", Logger: v.opts.Logger, LogOver: time.Second}
 	var lastErr error
 	for {
-		res, err := v.attempt(ctx, body)
+		res, err := v.attempt(ctx, body, req.SessionKey)
 		if err == nil {
 			return res, nil
 		}
@@ -283,20 +301,25 @@ func (v *VLLM) completionRequest(req Request) *vllm.CompletionRequest {
 	return body
 }
 
-// attempt sends body to the least-loaded ready endpoint.
-func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest) (Result, error) {
-	i, err := v.pick()
+// attempt sends body to the session's replica (see router). A replica whose
+// connection fails is passed over for a cooldown, so the retry goes
+// elsewhere; a 5xx answer is retried without that (the server is alive).
+func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest, session string) (Result, error) {
+	i, done, err := v.router.pick(session)
 	if err != nil {
 		return Result{}, err
 	}
-	v.outstanding[i].Add(1)
-	defer v.outstanding[i].Add(-1)
-	c, err := vllm.NewClient(v.opts.Endpoints[i].URL(), v.opts.HTTPClient)
+	defer done()
+	c, err := v.client(v.opts.Endpoints[i])
 	if err != nil {
 		return Result{}, err
 	}
-	resp, err := c.Complete(ctx, body)
+	resp, err := c.WithSessionID(session).Complete(ctx, body)
 	if err != nil {
+		var se *vllm.StatusError
+		if vllm.Retryable(err) && !errors.As(err, &se) && ctx.Err() == nil {
+			v.router.failed(i) // the connection failed: the replica is down or restarting
+		}
 		return Result{}, err
 	}
 	if err := resp.Validate(1); err != nil {
@@ -319,23 +342,6 @@ func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest) (Resul
 
 // errNoReplica is retryable: replicas come back after a restart.
 var errNoReplica = &vllm.StatusError{Code: http.StatusServiceUnavailable, Message: "no vLLM replica is ready (restarting)"}
-
-func (v *VLLM) pick() (int, error) {
-	best := -1
-	var bestLoad int64
-	for i, ep := range v.opts.Endpoints {
-		if !ep.Ready() {
-			continue
-		}
-		if l := v.outstanding[i].Load(); best < 0 || l < bestLoad {
-			best, bestLoad = i, l
-		}
-	}
-	if best < 0 {
-		return 0, errNoReplica
-	}
-	return best, nil
-}
 
 // SyncWeights exports the trainer's weights and makes every server use
 // them. New Generate calls wait meanwhile; in-flight ones finish first.
@@ -437,7 +443,7 @@ func (v *VLLM) push(ctx context.Context, dir string, version int) (string, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := vllm.NewClient(ep.URL(), v.opts.HTTPClient)
+			c, err := v.client(ep)
 			if err == nil {
 				err = v.apply(ctx, c, name, dir)
 			}
@@ -456,7 +462,7 @@ func (v *VLLM) push(ctx context.Context, dir string, version int) (string, error
 	}
 	if prev := v.adapter; v.opts.SyncMode == SyncLoRA && prev != "" {
 		for _, ep := range v.opts.Endpoints {
-			if c, err := vllm.NewClient(ep.URL(), v.opts.HTTPClient); err == nil {
+			if c, err := v.client(ep); err == nil {
 				if err := vllm.UnloadAdapter(ctx, c, prev); err != nil {
 					v.opts.Logger.Warn().Err(err).Str("adapter", prev).Msg("could not unload the previous adapter")
 				}

@@ -301,3 +301,38 @@ func BenchmarkServeEngineFullSync(b *testing.B) {
 		require.NoError(b, v.SyncWeights(context.Background(), i+1))
 	}
 }
+
+// TestServeEngineBeyondLoopbackNeedsKey: a replica bound to 0.0.0.0 is
+// refused without an API key; with one it is launched, guards its control
+// routes (checked at startup), and serves the trainer, which sends the key.
+func TestServeEngineBeyondLoopbackNeedsKey(t *testing.T) {
+	bin, lib, libPath := workerEnv(t)
+	dir := tinyModel(t, 1)
+	opts := func(key string) VLLMOptions {
+		return VLLMOptions{
+			Launch: vllm.LaunchConfig{Command: []string{bin, "serve-engine", "--threads", "1"}, Model: dir, Host: "0.0.0.0", APIKey: key,
+				Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
+			GPUs: vllm.GPUPlan{Replicas: 1}, LogDir: t.TempDir(), StartupTimeout: time.Minute, StopGrace: 5 * time.Second,
+			SyncMode: SyncNone, APIKey: key, Timeout: time.Minute, Logger: zerolog.New(zerolog.NewTestWriter(t))}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := NewVLLM(ctx, opts(""))
+	var ee *vllm.ExposedError
+	require.ErrorAs(t, err, &ee)
+
+	v, err := NewVLLM(ctx, opts("replica-key"))
+	require.NoError(t, err)
+	defer v.Close()
+	ref := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir})}, BuiltinOptions{MaxBatch: 1})
+	defer ref.Close()
+	assertSameSamples(t, v, ref, "keyed replica")
+	c, err := vllm.NewClient(v.Supervisor().URLs()[0], nil)
+	require.NoError(t, err)
+	_, err = c.Models(ctx)
+	var se *vllm.StatusError
+	require.ErrorAs(t, err, &se, "no key, no models")
+	assert.Equal(t, 401, se.Code)
+	_, err = c.WithAPIKey("replica-key").Models(ctx)
+	assert.NoError(t, err)
+}

@@ -2,6 +2,8 @@ package train
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -25,7 +27,17 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 	if cfg.GRPO.LoRA.Enabled {
 		export = policy.m.SavePEFT
 	}
-	v, err := engine.NewVLLM(ctx, vllmOptions(cfg, modelDir, export, ro, log))
+	opts := vllmOptions(cfg, modelDir, export, ro, log)
+	if len(opts.URLs) == 0 && opts.APIKey == "" && !vllm.IsLoopback(opts.Launch.Host) {
+		// Replicas reachable from the network get a key only this run knows.
+		key, err := randomKey()
+		if err != nil {
+			return nil, err
+		}
+		opts.APIKey, opts.Launch.APIKey = key, key
+		log.Info().Str("host", opts.Launch.Host).Msg("replicas bind beyond loopback: launching them with a random API key (not shown; set engine.vllm_api_key to choose it)")
+	}
+	v, err := engine.NewVLLM(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("start vLLM engine: %w", err)
 	}
@@ -39,8 +51,10 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 func vllmOptions(cfg *config.Config, modelDir string, export engine.WeightExporter, ro RunOptions, log zerolog.Logger) engine.VLLMOptions {
 	e := cfg.Engine
 	opts := engine.VLLMOptions{
-		URLs: e.VLLMURLs,
-		Launch: vllm.LaunchConfig{Command: e.VLLMCommand, Self: ro.Executable, Model: modelDir, TensorParallelSize: e.VLLMTensorParSize,
+		URLs:   e.VLLMURLs,
+		APIKey: e.VLLMAPIKey,
+		Launch: vllm.LaunchConfig{Command: e.VLLMCommand, Self: ro.Executable, Model: modelDir, Host: e.VLLMHost, APIKey: e.VLLMAPIKey,
+			TensorParallelSize:   e.VLLMTensorParSize,
 			GPUMemoryUtilization: e.VLLMGPUMemoryUtilization, MaxModelLen: e.VLLMMaxModelLen, ExtraArgs: e.VLLMExtraArgs, Environ: ro.Environ},
 		GPUs: vllm.GPUPlan{GPUs: e.VLLMGPUs, Replicas: e.VLLMReplicas, TensorParallelSize: e.VLLMTensorParSize,
 			TrainerGPUs: cfg.Worker.GPUs, Colocate: e.VLLMColocate},
@@ -65,4 +79,13 @@ func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logg
 	return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
 		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
 	})
+}
+
+// randomKey is a 256-bit API key, hex encoded.
+func randomKey() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate a replica API key: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }

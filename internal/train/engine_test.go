@@ -47,7 +47,7 @@ func TestVLLMOptionsFromConfig(t *testing.T) {
 			assert.Nil(t, o.Launch.LoRA)
 			assert.Equal(t, "/runs/a/weight-sync", o.SyncDir)
 			assert.Equal(t, "/runs/a/vllm-logs", o.LogDir)
-			assert.Equal(t, vllm.LaunchConfig{Command: []string{"ortrain", "serve-engine"}, Self: "/bin/ortrain", Model: "/models/m",
+			assert.Equal(t, vllm.LaunchConfig{Command: []string{"ortrain", "serve-engine"}, Self: "/bin/ortrain", Model: "/models/m", Host: "127.0.0.1",
 				TensorParallelSize: 1, GPUMemoryUtilization: 0.5, MaxModelLen: 4096, ExtraArgs: []string{"--enforce-eager"},
 				Environ: []string{"PATH=/bin"}}, o.Launch)
 			assert.Equal(t, vllm.GPUPlan{GPUs: []int{1, 2}, Replicas: 2, TensorParallelSize: 1, TrainerGPUs: []int{0}}, o.GPUs)
@@ -74,6 +74,12 @@ func TestVLLMOptionsFromConfig(t *testing.T) {
 		}},
 		{"urls", func(c *config.Config) { c.Engine.VLLMURLs = []string{"http://a:8000", "http://b:8000"} }, func(t *testing.T, o engine.VLLMOptions) {
 			assert.Equal(t, []string{"http://a:8000", "http://b:8000"}, o.URLs)
+		}},
+		{"api key and host", func(c *config.Config) { c.Engine.VLLMHost = "0.0.0.0"; c.Engine.VLLMAPIKey = "k-1" }, func(t *testing.T, o engine.VLLMOptions) {
+			assert.Equal(t, "0.0.0.0", o.Launch.Host)
+			assert.Equal(t, "k-1", o.APIKey, "sent to every server")
+			assert.Equal(t, "k-1", o.Launch.APIKey, "given to launched replicas")
+			assert.NoError(t, o.Launch.CheckExposure())
 		}},
 	}
 	for _, tt := range tests {

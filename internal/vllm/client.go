@@ -46,11 +46,13 @@ func Retryable(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
-// Client talks to one server. It holds no state beyond the base URL; every
-// call is bounded by its context.
+// Client talks to one server. It holds no state beyond the base URL and
+// the API key; every call is bounded by its context.
 type Client struct {
-	base string
-	http *http.Client
+	base    string
+	http    *http.Client
+	apiKey  string
+	session string
 }
 
 // NewClient returns a client for the server at baseURL (http://host:port).
@@ -67,6 +69,40 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 
 // URL is the server's base URL.
 func (c *Client) URL() string { return c.base }
+
+// WithAPIKey returns a client that sends key as a Bearer token on every
+// request (vLLM's --api-key, serve-engine's the same); "" sends none.
+func (c *Client) WithAPIKey(key string) *Client {
+	cc := *c
+	cc.apiKey = key
+	return &cc
+}
+
+// WithSessionID returns a client that sends id as X-Session-ID, the header
+// session-sticky routers in front of vLLM (vllm_router, SkyRL, prime-rl)
+// route on; "" sends none.
+func (c *Client) WithSessionID(id string) *Client {
+	cc := *c
+	cc.session = id
+	return &cc
+}
+
+// Guarded reports whether the server refuses its control routes to a
+// caller without the API key. vLLM releases that guard only /v1/* leave
+// /pause and /collective_rpc open; serve-engine guards every route but
+// /health.
+func (c *Client) Guarded(ctx context.Context) (bool, error) {
+	err := c.WithAPIKey("").do(ctx, http.MethodGet, "/is_paused", nil, nil)
+	var se *StatusError
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden):
+		return true, nil
+	default:
+		return false, err
+	}
+}
 
 // Health returns nil when GET /health answers 200.
 func (c *Client) Health(ctx context.Context) error {
@@ -152,6 +188,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if c.session != "" {
+		req.Header.Set("X-Session-ID", c.session)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

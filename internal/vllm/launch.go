@@ -44,8 +44,13 @@ type LaunchConfig struct {
 	Model string
 	// ServedModelName is the name clients send; empty: the model path.
 	ServedModelName string
-	// Host to bind; empty means 127.0.0.1 (the dev routes have no auth).
-	Host                 string
+	// Host to bind; empty means 127.0.0.1. Beyond loopback the replica
+	// must have an APIKey: its control routes (/pause, /collective_rpc,
+	// weight reloads) would otherwise be open to the network.
+	Host string
+	// APIKey reaches the replica as VLLM_API_KEY (vLLM's --api-key, read by
+	// serve-engine too), never on the command line where ps shows it.
+	APIKey               string
 	TensorParallelSize   int     // 0 or 1: one GPU per replica
 	GPUMemoryUtilization float64 // 0: vLLM's default
 	MaxModelLen          int     // 0: the model's
@@ -106,6 +111,41 @@ func (c *LaunchConfig) host() string {
 	return c.Host
 }
 
+// CheckExposure refuses a bind beyond loopback without an API key.
+func (c *LaunchConfig) CheckExposure() error {
+	if c.APIKey == "" && !IsLoopback(c.host()) {
+		return &ExposedError{Host: c.host()}
+	}
+	return nil
+}
+
+// ExposedError: replicas would listen beyond loopback without an API key.
+type ExposedError struct{ Host string }
+
+func (e *ExposedError) Error() string {
+	return fmt.Sprintf("host %s is reachable beyond this machine, and a replica's control routes (pause, weight reload) need an API key there: "+
+		"set engine.vllm_api_key (ORTRAIN_ENGINE_VLLM_API_KEY) for ortrain run, VLLM_API_KEY for serve-vllm, or bind to 127.0.0.1", e.Host)
+}
+
+// IsLoopback reports whether host (a name or an address) only reaches
+// this machine.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// ClientHost is the address this machine's clients use for a replica bound
+// to host: a wildcard bind is reached over loopback.
+func ClientHost(host string) string {
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil && ip.IsUnspecified() {
+		return "127.0.0.1"
+	}
+	return host
+}
+
 // Env is the replica's environment: the filtered parent environment, the
 // replica's GPUs, dev mode (for /pause, /collective_rpc, /reset_prefix_cache)
 // and runtime LoRA updating when LoRA is on.
@@ -117,6 +157,9 @@ func (c *LaunchConfig) Env(gpus []int) []string {
 	}
 	if c.TensorParallelSize > 1 || c.LoRA != nil {
 		env = append(env, "VLLM_WORKER_MULTIPROC_METHOD=spawn")
+	}
+	if c.APIKey != "" {
+		env = append(env, "VLLM_API_KEY="+c.APIKey)
 	}
 	return append(env, c.ExtraEnv...)
 }

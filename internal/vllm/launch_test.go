@@ -160,3 +160,41 @@ func TestLoRARank(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchExposure: a bind beyond loopback needs an API key, which
+// reaches the replica through its environment, never its command line.
+func TestLaunchExposure(t *testing.T) {
+	for _, tc := range []struct {
+		host, key string
+		exposed   bool
+	}{
+		{"", "", false},
+		{"127.0.0.1", "", false},
+		{"localhost", "", false},
+		{"::1", "", false},
+		{"[::1]", "", false},
+		{"0.0.0.0", "", true},
+		{"10.1.2.3", "", true},
+		{"node-7.cluster", "", true},
+		{"0.0.0.0", "k", false},
+	} {
+		c := vllm.LaunchConfig{Model: "m", Host: tc.host, APIKey: tc.key}
+		err := c.CheckExposure()
+		if !tc.exposed {
+			assert.NoError(t, err, "host %q key %q", tc.host, tc.key)
+			continue
+		}
+		var ee *vllm.ExposedError
+		require.ErrorAs(t, err, &ee, "host %q", tc.host)
+		assert.Contains(t, err.Error(), "engine.vllm_api_key")
+	}
+	c := vllm.LaunchConfig{Model: "m", Host: "0.0.0.0", APIKey: "sk-replica"}
+	assert.NotContains(t, strings.Join(c.Argv(9000), " "), "sk-replica")
+	assert.Contains(t, c.Env(nil), "VLLM_API_KEY=sk-replica")
+	assert.Equal(t, "127.0.0.1", vllm.ClientHost("0.0.0.0"))
+	assert.Equal(t, "127.0.0.1", vllm.ClientHost("::"))
+	assert.Equal(t, "10.0.0.5", vllm.ClientHost("10.0.0.5"))
+	// An inherited key never leaks through ChildEnv; only APIKey sets it.
+	inherited := vllm.LaunchConfig{Model: "m", Environ: []string{"VLLM_API_KEY=from-parent", "PATH=/bin"}}
+	assert.NotContains(t, strings.Join(inherited.Env(nil), " "), "from-parent")
+}

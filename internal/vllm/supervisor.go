@@ -164,6 +164,9 @@ func Start(ctx context.Context, opts Options) (*Supervisor, error) {
 	if opts.LogDir == "" {
 		return nil, errors.New("supervisor: LogDir is required (replica logs go there)")
 	}
+	if err := opts.Launch.CheckExposure(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create replica log dir: %w", err)
 	}
@@ -326,7 +329,7 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 			return nil, err
 		}
 	}
-	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port))
+	url := "http://" + net.JoinHostPort(ClientHost(host), strconv.Itoa(port))
 	p, err := startProcess(s.opts.Launch.Argv(port), s.opts.Launch.Env(r.gpus), r.logPath)
 	if err != nil {
 		return nil, err
@@ -337,7 +340,11 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 	s.emit(r, StateStarting, nil)
 	c, err := NewClient(url, s.opts.HTTPClient)
 	if err == nil {
+		c = c.WithAPIKey(s.opts.Launch.APIKey)
 		_, err = p.waitReady(ctx, c, s.opts.StartupTimeout, s.opts.PollInterval)
+	}
+	if err == nil && !IsLoopback(host) {
+		err = checkGuarded(ctx, c)
 	}
 	if err == nil && s.opts.AfterStart != nil {
 		err = s.opts.AfterStart(ctx, r.index, c)
@@ -357,6 +364,7 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 // called (then it stops the process gracefully and returns nil).
 func (s *Supervisor) watch(ctx context.Context, r *Replica, p *process) error {
 	c, _ := NewClient(r.URL(), s.opts.HTTPClient)
+	c = c.WithAPIKey(s.opts.Launch.APIKey)
 	tick := time.NewTicker(s.opts.HealthInterval)
 	defer tick.Stop()
 	fails := 0
@@ -382,4 +390,20 @@ func (s *Supervisor) watch(ctx context.Context, r *Replica, p *process) error {
 			}
 		}
 	}
+}
+
+// checkGuarded refuses a replica reachable beyond loopback whose control
+// routes answer without the API key.
+func checkGuarded(ctx context.Context, c *Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	guarded, err := c.Guarded(ctx)
+	if err != nil {
+		return fmt.Errorf("check that %s guards its control routes: %w", c.URL(), err)
+	}
+	if !guarded {
+		return fmt.Errorf("%s answers GET /is_paused without the API key: this server guards only /v1/* with --api-key, "+
+			"so its pause and weight routes would be open to the network; use a vLLM whose --api-key guards every route, or bind to 127.0.0.1", c.URL())
+	}
+	return nil
 }

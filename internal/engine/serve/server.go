@@ -8,6 +8,7 @@ package serve
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +51,9 @@ type Options struct {
 	// LoRA registers the adapter routes, as vLLM does only with
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
 	LoRA bool
+	// APIKey, when set, is required as a Bearer token on every route but
+	// GET /health (vLLM's --api-key in the versions that guard all routes).
+	APIKey string
 	// Batch shapes request batching (MaxBatch, Linger, Timeout).
 	Batch  engine.BuiltinOptions
 	Logger zerolog.Logger
@@ -99,13 +104,28 @@ func NewServer(b Backend, opts Options) *Server {
 	return s
 }
 
-// ServeHTTP answers unknown routes the way vLLM's framework does.
+// ServeHTTP checks the API key and answers unknown routes the way vLLM's
+// framework does.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// authorized: no key is set, the route is the health check, or the request
+// carries the key as a Bearer token (compared in constant time).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.opts.APIKey == "" || (r.Method == http.MethodGet && r.URL.Path == "/health") {
+		return true
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.APIKey)) == 1
 }
 
 // Close stops the batchers; in-flight requests fail with engine.ErrClosed.

@@ -369,3 +369,37 @@ func FuzzServeCompletionBody(f *testing.F) {
 		}
 	})
 }
+
+// TestServeAPIKeyGuardsEveryRouteButHealth: with a key, every route but
+// GET /health answers 401 without the Bearer token or with a wrong one.
+func TestServeAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
+	backend := servetest.NewBackend(0)
+	srv := NewServer(backend, Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 64, APIKey: "k-123", LoRA: true,
+		Batch: engine.BuiltinOptions{MaxBatch: 4, Linger: time.Millisecond}, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	send := func(method, path, token string) int {
+		req, err := http.NewRequest(method, hs.URL+path, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, 200, send("GET", "/health", ""))
+	routes := []struct{ method, path string }{
+		{"GET", "/v1/models"}, {"POST", "/v1/completions"}, {"POST", "/pause"}, {"POST", "/resume"}, {"GET", "/is_paused"},
+		{"POST", "/collective_rpc"}, {"POST", "/reset_prefix_cache"}, {"POST", "/v1/load_lora_adapter"},
+		{"POST", "/v1/unload_lora_adapter"}, {"GET", "/no/such/route"},
+	}
+	for _, r := range routes {
+		assert.Equal(t, 401, send(r.method, r.path, ""), "%s %s without a key", r.method, r.path)
+		assert.Equal(t, 401, send(r.method, r.path, "k-12"), "%s %s with a wrong key", r.method, r.path)
+	}
+	assert.Equal(t, 200, send("GET", "/v1/models", "k-123"))
+	assert.Equal(t, 200, send("GET", "/is_paused", "k-123"))
+	assert.Equal(t, 404, send("GET", "/no/such/route", "k-123"))
+}
