@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/backoff":    {},
 	"internal/chat":       {"internal/chat/jinja"},
 	"internal/chat/jinja": {},
+	"internal/childproc":  {},
 	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
 		"internal/train", "internal/vllm", "internal/worker"},
@@ -47,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/envs":                   {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/envtarget":              {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/grpo":                   {},
+	"internal/launch":                 {"internal/childproc"},
 	"internal/model":                  {},
 	"internal/openenv":                {"internal/backoff"},
 	// the OpenEnv kit also serves orsserver envs over OpenEnv (one Go env, both standards).
@@ -61,7 +63,7 @@ var allowed = map[string][]string{
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
-	"internal/vllm":               {"internal/backoff"},
+	"internal/vllm":               {"internal/backoff", "internal/childproc"},
 	"internal/worker":             {"internal/grpo", "internal/model"},
 	"internal/worker/benchworker": {"internal/grpo", "internal/worker"},
 }

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,26 +126,6 @@ func TestLaunchConfigArgvAndEnv(t *testing.T) {
 	assert.Equal(t, []string{"/opt/ortrain/bin/ortrain", "serve-engine", "m"}, plain.Argv(1)[:3], "ortrain means this very binary")
 	other := vllm.LaunchConfig{Command: []string{"/usr/bin/vllm", "serve"}, Model: "m", Self: "/x/ortrain"}
 	assert.Equal(t, "/usr/bin/vllm", other.Argv(1)[0])
-}
-
-func TestStatusWriterKeepsErrorTail(t *testing.T) {
-	var sink strings.Builder
-	now := time.Unix(100, 0)
-	w := vllm.NewStatusWriter(&sink, func() time.Time { return now })
-	_, _ = w.Write([]byte("INFO loading weights\nTraceback (most recent call last):\n  File x\nRuntimeError: CUDA error: out of"))
-	now = time.Unix(200, 0)
-	_, _ = w.Write([]byte(" memory\nINFO shutting down\n"))
-	assert.Equal(t, "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory", w.Tail())
-	assert.Equal(t, time.Unix(200, 0), w.LastOutput())
-	assert.Contains(t, sink.String(), "INFO loading weights", "everything reaches the log file")
-	for range 2000 {
-		_, _ = w.Write([]byte("RuntimeError: again and again and again\n"))
-	}
-	assert.LessOrEqual(t, len(w.Tail()), 9<<10, "the tail is bounded")
-
-	j := vllm.NewStatusWriter(nil, nil)
-	_, _ = j.Write([]byte(`{"level":"info","message":"Application startup complete."}` + "\n" + `{"level":"error","error":"listen: address in use"}` + "\n"))
-	assert.Equal(t, `{"level":"error","error":"listen: address in use"}`, j.Tail())
 }
 
 func TestLoRARank(t *testing.T) {

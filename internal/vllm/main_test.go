@@ -107,7 +107,7 @@ func supervisorGoroutines() string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "internal/vllm.(*Supervisor)") || strings.Contains(g, "internal/vllm.startProcess") {
+		if strings.Contains(g, "internal/vllm.(*Supervisor)") || strings.Contains(g, "internal/childproc.Start") {
 			out = append(out, g)
 		}
 	}

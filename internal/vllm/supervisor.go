@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/backoff"
+	"github.com/ortrain/ortrain/internal/childproc"
 )
 
 // State is where a replica is in its life.
@@ -316,7 +317,7 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 
 // launch starts the process and waits until it is ready (and AfterStart
 // succeeded). On failure the process is killed.
-func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
+func (s *Supervisor) launch(ctx context.Context, r *Replica) (*childproc.Process, error) {
 	host := s.opts.Launch.host()
 	port := r.port
 	if s.opts.BasePort > 0 {
@@ -330,18 +331,18 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 		}
 	}
 	url := "http://" + net.JoinHostPort(ClientHost(host), strconv.Itoa(port))
-	p, err := startProcess(s.opts.Launch.Argv(port), s.opts.Launch.Env(r.gpus), r.logPath)
+	p, err := childproc.Start(childproc.Options{Argv: s.opts.Launch.Argv(port), Env: s.opts.Launch.Env(r.gpus), LogPath: r.logPath})
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.port, r.url, r.pid = port, url, p.pgid
+	r.port, r.url, r.pid = port, url, p.PGID()
 	r.mu.Unlock()
 	s.emit(r, StateStarting, nil)
 	c, err := NewClient(url, s.opts.HTTPClient)
 	if err == nil {
 		c = c.WithAPIKey(s.opts.Launch.APIKey)
-		_, err = p.waitReady(ctx, c, s.opts.StartupTimeout, s.opts.PollInterval)
+		_, err = waitReady(ctx, p, c, s.opts.StartupTimeout, s.opts.PollInterval)
 	}
 	if err == nil && !IsLoopback(host) {
 		err = checkGuarded(ctx, c)
@@ -351,9 +352,9 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			p.stop(s.opts.StopGrace)
+			p.Stop(s.opts.StopGrace)
 		} else {
-			p.kill()
+			p.Kill()
 		}
 		return nil, err
 	}
@@ -362,7 +363,7 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*process, error) {
 
 // watch returns when the process exits, stops answering /health, or Stop is
 // called (then it stops the process gracefully and returns nil).
-func (s *Supervisor) watch(ctx context.Context, r *Replica, p *process) error {
+func (s *Supervisor) watch(ctx context.Context, r *Replica, p *childproc.Process) error {
 	c, _ := NewClient(r.URL(), s.opts.HTTPClient)
 	c = c.WithAPIKey(s.opts.Launch.APIKey)
 	tick := time.NewTicker(s.opts.HealthInterval)
@@ -371,11 +372,11 @@ func (s *Supervisor) watch(ctx context.Context, r *Replica, p *process) error {
 	for {
 		select {
 		case <-ctx.Done():
-			p.stop(s.opts.StopGrace)
+			p.Stop(s.opts.StopGrace)
 			return nil
-		case <-p.done:
-			p.kill() // reap what the leader left behind
-			return fmt.Errorf("replica %d crashed: %w", r.index, p.exitError())
+		case <-p.Done():
+			p.Kill() // reap what the leader left behind
+			return fmt.Errorf("replica %d crashed: %w", r.index, p.ExitError())
 		case <-tick.C:
 			hctx, cancel := context.WithTimeout(ctx, max(s.opts.HealthInterval, 2*time.Second))
 			err := c.Health(hctx)
@@ -385,7 +386,7 @@ func (s *Supervisor) watch(ctx context.Context, r *Replica, p *process) error {
 				continue
 			}
 			if fails++; fails >= s.opts.HealthFailures {
-				p.kill()
+				p.Kill()
 				return fmt.Errorf("replica %d unhealthy after %d failed health checks: %w", r.index, fails, err)
 			}
 		}
