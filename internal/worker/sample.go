@@ -83,16 +83,7 @@ func (m *Model) sample(ctx context.Context, reqs []SampleRequest, rooms []int) (
 		if r.MaxNewTokens < 1 {
 			return nil, fmt.Errorf("sample request %d: MaxNewTokens %d must be >= 1", i, r.MaxNewTokens)
 		}
-		topP := r.TopP
-		if topP == 0 {
-			topP = 1
-		}
-		creqs[i] = C.ort_sample_request{
-			prompt: (*C.int32_t)(ccopy(&ar, r.PromptIDs)), prompt_len: C.int32_t(len(r.PromptIDs)),
-			max_new_tokens: C.int32_t(r.MaxNewTokens), temperature: C.double(r.Temperature), top_p: C.double(topP),
-			top_k: C.int32_t(r.TopK), min_p: C.double(r.MinP), stop_ids: (*C.int32_t)(ccopy(&ar, r.StopIDs)),
-			n_stop: C.int32_t(len(r.StopIDs)), seed: C.int64_t(r.Seed),
-		}
+		creqs[i] = csampleRequest(&ar, r)
 		var idp, lpp unsafe.Pointer
 		idp, ids[i] = carray[int32](&ar, rooms[i])
 		lpp, lps[i] = carray[float32](&ar, rooms[i])
