@@ -29,6 +29,12 @@ type Request struct {
 	StopIDs []int32
 	// Seed makes the request reproducible; 0 lets the backend choose.
 	Seed int64
+	// SessionKey (optional) names the rollout the request belongs to, the
+	// same for all its turns: the builtin continuous backend keeps the
+	// rollout's KV cache under it, so the next turn, whose prompt extends
+	// this one's prompt and completion, prefills only the new tokens.
+	// Backends without such a cache ignore it.
+	SessionKey string
 }
 
 // StopReason says why a completion ended.
