@@ -126,6 +126,9 @@ func TestValidationErrors(t *testing.T) {
 		{"device", func(c *Config) { c.Worker.Device = "gpu0" }, "worker.device"},
 		{"dtype", func(c *Config) { c.Worker.DType = "fp8" }, "worker.dtype"},
 		{"engine", func(c *Config) { c.Engine.Kind = "sglang" }, "engine.kind"},
+		{"batching", func(c *Config) { c.Engine.Batching = "dynamic" }, "engine.batching"},
+		{"kv budget", func(c *Config) { c.Engine.KVCacheBudget = "2 gigs" }, "engine.kv_cache_budget"},
+		{"kv budget negative", func(c *Config) { c.Engine.KVCacheBudget = "-1GiB" }, "engine.kv_cache_budget"},
 		{"env target", func(c *Config) { c.Envs = []EnvConfig{{Split: "train", Weight: 1}} }, "envs[0].target"},
 		{"env exclusive", func(c *Config) {
 			c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, NumTasks: 3, Indices: []int{1}}}
@@ -342,4 +345,31 @@ envs:
 	assert.Equal(t, []string{"OPENAI_API_KEY", "ZED_TOKEN"}, cfg.Envs[0].SecretNames())
 	assert.Empty(t, cfg.Envs[1].SecretNames())
 	assert.Equal(t, "sk-live-123", cfg.Envs[0].Secrets["OPENAI_API_KEY"], "the config itself keeps the value")
+}
+
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"0", 0},
+		{"1073741824", 1 << 30},
+		{"2GiB", 2 << 30},
+		{"2gib", 2 << 30},
+		{"512MiB", 512 << 20},
+		{"512 MiB", 512 << 20},
+		{"1.5GB", 1_500_000_000},
+		{"64K", 64 << 10},
+		{"10kb", 10_000},
+		{"100B", 100},
+	}
+	for _, tc := range tests {
+		got, err := ParseByteSize(tc.in)
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+	for _, in := range []string{"", "GiB", "-5", "two", "1e400", "NaN"} {
+		_, err := ParseByteSize(in)
+		assert.Error(t, err, in)
+	}
 }
