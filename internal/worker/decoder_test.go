@@ -316,3 +316,25 @@ func TestDecoderDropsCacheWhenWeightsChange(t *testing.T) {
 	assert.Equal(t, int64(0), st.ReusedTokens)
 	assert.Equal(t, int64(3+3+len(first.IDs)), st.PrefillTokens, "both turns prefilled in full")
 }
+
+// TestDecoderLongPromptMatchesStatic: a prompt long enough to be prefilled
+// in two chunks (the tiny model's chunk is 4Mi scores / (4 heads x 1100
+// keys) = 953 queries) gives the static sampler's tokens, which
+// prefills it whole.
+func TestDecoderLongPromptMatchesStatic(t *testing.T) {
+	m := loadTiny(t, ModelOptions{})
+	ctx := context.Background()
+	prompt := make([]int32, 1100)
+	for i := range prompt {
+		prompt[i] = int32(1 + (i*37)%250)
+	}
+	reqs := []SampleRequest{
+		{PromptIDs: prompt, MaxNewTokens: 8, Temperature: 0, Seed: 1},
+		{PromptIDs: prompt[:1050], MaxNewTokens: 8, Temperature: 1, Seed: 2},
+	}
+	want, err := m.Sample(ctx, reqs)
+	require.NoError(t, err)
+	d := newDecoder(t, m, 0)
+	res := decodeAll(t, d, map[int][]DecodeRequest{0: {{SampleRequest: reqs[0]}, {SampleRequest: reqs[1]}}})
+	requireSameSamples(t, want, []*SampleResult{res[1], res[2]})
+}

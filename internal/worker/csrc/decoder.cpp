@@ -152,22 +152,37 @@ struct Decoder {
   }
 
   // prefill runs tokens [from, P) of slot i's prompt through the model with
-  // the keys/values of [0, from) already in the slot.
+  // the keys/values of [0, from) already in the slot. Queries go in chunks
+  // that attend over only the keys written so far, so the attention scores
+  // of a chunk ([heads, chunk, keys]) stay a few MiB: whole-prompt scores of
+  // a long prompt are hundreds of MiB per layer, and allocating, faulting in
+  // and reading them dominated long-prompt generation.
   void prefill(int64_t i, int64_t from, const volatile int32_t* cancel) {
     const auto& prompt = rows[i].prompt;
     const int64_t P = static_cast<int64_t>(prompt.size());
-    KVCache view;
-    for (size_t l = 0; l < k.size(); l++) {
-      view.k.push_back(k[l][i].narrow(1, 0, P).unsqueeze(0));
-      view.v.push_back(v[l][i].narrow(1, 0, P).unsqueeze(0));
-    }
+    const int64_t chunk = prefill_chunk(P);
     const auto lo = at::TensorOptions().dtype(at::kLong);
-    std::vector<int64_t> ids(prompt.begin() + from, prompt.end());
-    auto x = at::tensor(ids, lo).view({1, P - from}).to(m->device);
-    auto pos = at::arange(from, P, lo).view({1, P - from}).to(m->device);
-    auto out = forward(*m, m->view, true, x, pos, &view, cancel);
-    h[i].copy_(out[0][P - from - 1]);
+    for (int64_t c0 = from; c0 < P; c0 += chunk) {
+      const int64_t c1 = std::min(P, c0 + chunk);
+      KVCache view;
+      for (size_t l = 0; l < k.size(); l++) {
+        view.k.push_back(k[l][i].narrow(1, 0, c1).unsqueeze(0));
+        view.v.push_back(v[l][i].narrow(1, 0, c1).unsqueeze(0));
+      }
+      std::vector<int64_t> ids(prompt.begin() + c0, prompt.begin() + c1);
+      auto x = at::tensor(ids, lo).view({1, c1 - c0}).to(m->device);
+      auto pos = at::arange(c0, c1, lo).view({1, c1 - c0}).to(m->device);
+      auto out = forward(*m, m->view, true, x, pos, &view, cancel);
+      if (c1 == P) h[i].copy_(out[0][c1 - c0 - 1]);
+    }
     stats.prefill_tokens += P - from;
+  }
+
+  // prefill_chunk is the query rows per prefill chunk: about 4M attention
+  // scores (16 MiB in fp32) at the prompt's full length, at least 16.
+  int64_t prefill_chunk(int64_t P) const {
+    const int64_t per_query = std::max<int64_t>(1, static_cast<int64_t>(m->arch.num_heads) * P);
+    return std::max<int64_t>(16, (int64_t{4} << 20) / per_query);
   }
 
   void add(const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
