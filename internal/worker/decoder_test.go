@@ -317,10 +317,10 @@ func TestDecoderDropsCacheWhenWeightsChange(t *testing.T) {
 	assert.Equal(t, int64(3+3+len(first.IDs)), st.PrefillTokens, "both turns prefilled in full")
 }
 
-// TestDecoderLongPromptMatchesStatic: a prompt long enough to be prefilled
-// in two chunks (the tiny model's chunk is 4Mi scores / (4 heads x 1100
-// keys) = 953 queries) gives the static sampler's tokens, which
-// prefills it whole.
+// TestDecoderLongPromptMatchesStatic: two prompts long enough to be
+// prefilled in three chunks (the tiny model's chunk is 4Mi scores / (2 rows
+// x 4 heads x 1101 keys) = 476 queries), the shorter one padded in the
+// last, give the static sampler's tokens, which prefills them whole.
 func TestDecoderLongPromptMatchesStatic(t *testing.T) {
 	m := loadTiny(t, ModelOptions{})
 	ctx := context.Background()

@@ -151,38 +151,60 @@ struct Decoder {
     rows.pop_back();
   }
 
-  // prefill runs tokens [from, P) of slot i's prompt through the model with
-  // the keys/values of [0, from) already in the slot. Queries go in chunks
-  // that attend over only the keys written so far, so the attention scores
-  // of a chunk ([heads, chunk, keys]) stay a few MiB: whole-prompt scores of
-  // a long prompt are hundreds of MiB per layer, and allocating, faulting in
-  // and reading them dominated long-prompt generation.
-  void prefill(int64_t i, int64_t from, const volatile int32_t* cancel) {
-    const auto& prompt = rows[i].prompt;
-    const int64_t P = static_cast<int64_t>(prompt.size());
-    const int64_t chunk = prefill_chunk(P);
+  // prefill runs the prompts of the rows in slots [first, first + from.size())
+  // through the model in one right-padded batch, row r from its token
+  // from[r] on (the keys/values before it are already in its slot). Queries
+  // go in chunks that attend over only the keys written so far, so a
+  // chunk's attention scores ([rows, heads, chunk, keys]) stay about 16 MiB:
+  // whole-prompt scores of long prompts are hundreds of MiB per layer, and
+  // allocating, faulting in and reading them dominated long-prompt
+  // generation. A padding query of row r sits at a position at or after
+  // the row's prompt (never attended before decoding overwrites it).
+  void prefill(int64_t first, const std::vector<int64_t>& from, const volatile int32_t* cancel) {
+    const int64_t R = static_cast<int64_t>(from.size());
+    if (R == 0) return;
+    std::vector<int64_t> P(R), fresh(R);
+    int64_t longest = 0, widest = 0;
+    for (int64_t r = 0; r < R; r++) {
+      P[r] = static_cast<int64_t>(rows[first + r].prompt.size());
+      fresh[r] = P[r] - from[r];
+      longest = std::max(longest, fresh[r]);
+      widest = std::max(widest, P[r] + 1);
+      stats.prefill_tokens += fresh[r];
+    }
+    const int64_t per_query = std::max<int64_t>(1, R * m->arch.num_heads * widest);
+    const int64_t chunk = std::max<int64_t>(16, (int64_t{4} << 20) / per_query);
     const auto lo = at::TensorOptions().dtype(at::kLong);
-    for (int64_t c0 = from; c0 < P; c0 += chunk) {
-      const int64_t c1 = std::min(P, c0 + chunk);
+    for (int64_t c0 = 0; c0 < longest; c0 += chunk) {
+      const int64_t c1 = std::min(longest, c0 + chunk);
+      const int64_t L = c1 - c0;
+      // Keys span every position written so far; a padded row needs one
+      // past its prompt for its padding queries.
+      int64_t span = 0;
+      for (int64_t r = 0; r < R; r++) {
+        span = std::max(span, c1 >= fresh[r] ? P[r] + 1 : from[r] + c1);
+      }
+      std::vector<int64_t> ids(R * L), pos(R * L);
+      for (int64_t r = 0; r < R; r++) {
+        for (int64_t q = c0; q < c1; q++) {
+          const bool real = q < fresh[r];
+          ids[r * L + q - c0] = real ? rows[first + r].prompt[from[r] + q] : 0;
+          pos[r * L + q - c0] = real ? from[r] + q : std::min(from[r] + q, span - 1);
+        }
+      }
       KVCache view;
       for (size_t l = 0; l < k.size(); l++) {
-        view.k.push_back(k[l][i].narrow(1, 0, c1).unsqueeze(0));
-        view.v.push_back(v[l][i].narrow(1, 0, c1).unsqueeze(0));
+        view.k.push_back(k[l].narrow(0, first, R).narrow(2, 0, span));
+        view.v.push_back(v[l].narrow(0, first, R).narrow(2, 0, span));
       }
-      std::vector<int64_t> ids(prompt.begin() + c0, prompt.begin() + c1);
-      auto x = at::tensor(ids, lo).view({1, c1 - c0}).to(m->device);
-      auto pos = at::arange(c0, c1, lo).view({1, c1 - c0}).to(m->device);
-      auto out = forward(*m, m->view, true, x, pos, &view, cancel);
-      if (c1 == P) h[i].copy_(out[0][c1 - c0 - 1]);
+      auto x = at::tensor(ids, lo).view({R, L}).to(m->device);
+      auto ps = at::tensor(pos, lo).view({R, L}).to(m->device);
+      auto out = forward(*m, m->view, true, x, ps, &view, cancel);
+      for (int64_t r = 0; r < R; r++) {
+        const int64_t last = fresh[r] - 1;
+        if (last >= c0 && last < c1) h[first + r].copy_(out[r][last - c0]);
+      }
     }
-    stats.prefill_tokens += P - from;
-  }
-
-  // prefill_chunk is the query rows per prefill chunk: about 4M attention
-  // scores (16 MiB in fp32) at the prompt's full length, at least 16.
-  int64_t prefill_chunk(int64_t P) const {
-    const int64_t per_query = std::max<int64_t>(1, static_cast<int64_t>(m->arch.num_heads) * P);
-    return std::max<int64_t>(16, (int64_t{4} << 20) / per_query);
   }
 
   void add(const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
@@ -194,9 +216,11 @@ struct Decoder {
     for (int32_t j = 0; j < n; j++) need = std::max<int64_t>(need, reqs[j].prompt_len + reqs[j].max_new_tokens);
     for (const auto& r : rows) need = std::max<int64_t>(need, static_cast<int64_t>(r.prompt.size()) + r.max_new);
     reserve(static_cast<int64_t>(rows.size()) + n, need);
+    const int64_t before = static_cast<int64_t>(rows.size());
+    std::vector<Seq> fresh(n);
     for (int32_t j = 0; j < n; j++) {
       const auto& r = reqs[j];
-      Seq s;
+      Seq& s = fresh[j];
       s.id = next_id++;
       s.prompt.assign(r.prompt, r.prompt + r.prompt_len);
       s.sampling = RowSampling{r.temperature, r.top_p, r.min_p, r.top_k};
@@ -204,21 +228,29 @@ struct Decoder {
       s.max_new = r.max_new_tokens;
       s.gen = at::detail::createCPUGenerator(static_cast<uint64_t>(r.seed));
       if (keys != nullptr && keys[j] != nullptr) s.key = keys[j];
-      const int64_t i = static_cast<int64_t>(rows.size());
-      const int64_t P = r.prompt_len;
-      rows.push_back(std::move(s));
-      Seq& row = rows.back();
-      // A live row with the same prompt already holds its keys/values.
-      int64_t twin = -1;
-      for (int64_t t = 0; t < i && twin < 0; t++) {
-        if (rows[t].prompt == row.prompt) twin = t;
+      ids[j] = s.id;
+    }
+    // Leaders are prefilled (from a parked prefix when their key has one);
+    // a follower's prompt equals a live row's or a leader's, whose
+    // keys/values it copies. Leaders take the first new slots, so their
+    // batch is one view of the slot tensors.
+    auto twin_of = [&](const std::vector<int32_t>& prompt, int64_t upto) -> int64_t {
+      for (int64_t t = 0; t < upto; t++) {
+        if (rows[t].prompt == prompt) return t;
       }
-      auto hit = row.key.empty() ? parked.end() : parked.find(row.key);
-      if (twin >= 0) {
-        copy_slot(twin, i, P);
-        h[i].copy_(rows[twin].prompt_h);
-        stats.shared_tokens += P;
+      return -1;
+    };
+    std::vector<int32_t> followers;
+    std::vector<int64_t> from;
+    for (int32_t j = 0; j < n; j++) {
+      Seq& s = fresh[j];
+      auto hit = s.key.empty() ? parked.end() : parked.find(s.key);
+      const bool follows = twin_of(s.prompt, static_cast<int64_t>(rows.size())) >= 0;
+      if (follows) {
+        followers.push_back(j);
       } else {
+        const int64_t i = static_cast<int64_t>(rows.size());
+        const int64_t P = static_cast<int64_t>(s.prompt.size());
         int64_t reuse = 0;
         if (hit != parked.end()) {
           // Keys/values at position j depend on tokens 0..j only, so any
@@ -226,20 +258,35 @@ struct Decoder {
           // the hidden state that predicts the first new token.
           const auto& ct = hit->second.tokens;
           const int64_t limit = std::min<int64_t>(static_cast<int64_t>(ct.size()), P - 1);
-          while (reuse < limit && ct[reuse] == row.prompt[reuse]) reuse++;
+          while (reuse < limit && ct[reuse] == s.prompt[reuse]) reuse++;
           for (size_t l = 0; l < k.size() && reuse > 0; l++) {
             k[l][i].narrow(1, 0, reuse).copy_(hit->second.k[l].narrow(1, 0, reuse));
             v[l][i].narrow(1, 0, reuse).copy_(hit->second.v[l].narrow(1, 0, reuse));
           }
           stats.reused_tokens += reuse;
         }
-        prefill(i, reuse, cancel);
+        from.push_back(reuse);
+        rows.push_back(std::move(s));
       }
       // The row parks again under its key when it finishes.
       if (hit != parked.end()) drop_parked(hit);
-      row.prompt_h = h[i].clone();
-      row.tokens = row.prompt;
-      ids[j] = row.id;
+    }
+    prefill(before, from, cancel);
+    for (int64_t i = before; i < static_cast<int64_t>(rows.size()); i++) {
+      rows[i].prompt_h = h[i].clone();
+      rows[i].tokens = rows[i].prompt;
+    }
+    for (int32_t j : followers) {
+      Seq& s = fresh[j];
+      const int64_t i = static_cast<int64_t>(rows.size());
+      const int64_t t = twin_of(s.prompt, i);
+      const int64_t P = static_cast<int64_t>(s.prompt.size());
+      copy_slot(t, i, P);
+      h[i].copy_(rows[t].prompt_h);
+      stats.shared_tokens += P;
+      s.prompt_h = rows[t].prompt_h;
+      s.tokens = s.prompt;
+      rows.push_back(std::move(s));
     }
     stats.live = static_cast<int64_t>(rows.size());
   }
