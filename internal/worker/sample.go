@@ -21,7 +21,12 @@ type SampleRequest struct {
 	TopK        int     // 0 = off
 	MinP        float64 // 0 = off
 	StopIDs     []int32
-	Seed        int64
+	// Seed defines the request's own random stream, so its tokens do not
+	// depend on the other requests of a batch: the k-th sampled token uses
+	// u = (x >> 11) / 2^53, x the k-th 64-bit output of an mt19937 seeded
+	// with Seed, and takes the smallest token id whose cumulative processed
+	// probability exceeds u times the total. Sample and Decoder draw alike.
+	Seed int64
 }
 
 // StopReason says why generation ended.
