@@ -206,6 +206,16 @@ type EngineConfig struct {
 	Kind            string        `mapstructure:"kind"` // builtin or vllm
 	GenerateTimeout time.Duration `mapstructure:"generate_timeout"`
 	MaxBatchSize    int           `mapstructure:"max_batch_size"`
+	// Batching (builtin engine) is continuous, where requests join and leave
+	// the running decode batch between token steps, or static, where a batch
+	// runs until its slowest request is done (the engine before continuous
+	// batching, kept for comparison).
+	Batching string `mapstructure:"batching"`
+	// KVCacheBudget (builtin continuous engine) bounds the keys/values kept
+	// between a rollout's turns, so the next turn prefills only its new
+	// tokens: bytes, or a size such as 2GiB or 512MiB; 0 keeps none. Use
+	// KVCacheBudgetBytes.
+	KVCacheBudget string `mapstructure:"kv_cache_budget"`
 	// VLLMURLs are servers someone else runs; when set nothing is launched.
 	VLLMURLs []string `mapstructure:"vllm_urls"`
 	// VLLMGPUs are the GPUs replicas are launched on (replicas x tensor
@@ -320,6 +330,8 @@ func Default() Config {
 			Kind:               "builtin",
 			GenerateTimeout:    5 * time.Minute,
 			MaxBatchSize:       64,
+			Batching:           "continuous",
+			KVCacheBudget:      "2GiB",
 			VLLMReplicas:       0,
 			VLLMTensorParSize:  1,
 			VLLMSyncTimeout:    10 * time.Minute,

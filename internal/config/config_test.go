@@ -129,6 +129,9 @@ func TestValidationErrors(t *testing.T) {
 		{"vllm host url", func(c *Config) { c.Engine.VLLMHost = "http://0.0.0.0" }, "engine.vllm_host"},
 		{"vllm host port", func(c *Config) { c.Engine.VLLMHost = "10.0.0.1:8000" }, "engine.vllm_host"},
 		{"vllm key redacted", func(c *Config) { c.Engine.VLLMAPIKey = Redacted }, "engine.vllm_api_key"},
+		{"batching", func(c *Config) { c.Engine.Batching = "dynamic" }, "engine.batching"},
+		{"kv budget", func(c *Config) { c.Engine.KVCacheBudget = "2 gigs" }, "engine.kv_cache_budget"},
+		{"kv budget negative", func(c *Config) { c.Engine.KVCacheBudget = "-1GiB" }, "engine.kv_cache_budget"},
 		{"env target", func(c *Config) { c.Envs = []EnvConfig{{Split: "train", Weight: 1}} }, "envs[0].target"},
 		{"env exclusive", func(c *Config) {
 			c.Envs = []EnvConfig{{Target: "x", Split: "train", Weight: 1, NumTasks: 3, Indices: []int{1}}}
@@ -358,4 +361,31 @@ envs:
 	require.NoError(t, err)
 	assert.NotContains(t, string(y), "replica-key-789")
 	assert.Contains(t, string(y), "vllm_api_key: <redacted>")
+}
+
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"0", 0},
+		{"1073741824", 1 << 30},
+		{"2GiB", 2 << 30},
+		{"2gib", 2 << 30},
+		{"512MiB", 512 << 20},
+		{"512 MiB", 512 << 20},
+		{"1.5GB", 1_500_000_000},
+		{"64K", 64 << 10},
+		{"10kb", 10_000},
+		{"100B", 100},
+	}
+	for _, tc := range tests {
+		got, err := ParseByteSize(tc.in)
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+	for _, in := range []string{"", "GiB", "-5", "two", "1e400", "NaN"} {
+		_, err := ParseByteSize(in)
+		assert.Error(t, err, in)
+	}
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -46,5 +48,25 @@ func FuzzResolveYAML(f *testing.F) {
 		second, err := back.YAML()
 		require.NoError(t, err)
 		assert.Equal(t, string(first), string(second))
+	})
+}
+
+// FuzzParseByteSize: any input either parses to a non-negative size or
+// fails with an error; a plain count of bytes parses to itself.
+func FuzzParseByteSize(f *testing.F) {
+	for _, s := range []string{"2GiB", "512MiB", "1.5GB", "0", "1073741824", "-1", "GiB", "1e400", "NaN", " 3 k "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseByteSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseByteSize(%q) = %d, negative", s, n)
+		}
+		if v, perr := strconv.ParseInt(strings.TrimSpace(s), 10, 64); perr == nil && v >= 0 && v < 1<<53 && n != v {
+			t.Fatalf("ParseByteSize(%q) = %d, want %d", s, n, v)
+		}
 	})
 }

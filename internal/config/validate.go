@@ -155,6 +155,12 @@ func (c *Config) validateRuntime() error {
 	if err := oneOf("engine.kind", c.Engine.Kind, "builtin", "vllm"); err != nil {
 		return err
 	}
+	if err := oneOf("engine.batching", c.Engine.Batching, "continuous", "static"); err != nil {
+		return err
+	}
+	if _, err := c.Engine.KVCacheBudgetBytes(); err != nil {
+		return bad("engine.kv_cache_budget", c.Engine.KVCacheBudget, "a size in bytes, or with a unit: 2GiB, 512MiB, 1.5GB, 0 (keep none)")
+	}
 	switch {
 	case c.Engine.GenerateTimeout <= 0:
 		return bad("engine.generate_timeout", c.Engine.GenerateTimeout, "a positive duration such as 5m")

@@ -30,9 +30,13 @@ type BuiltinOptions struct {
 
 // Builtin generates with the in-process worker. Concurrent Generate calls
 // from many rollouts are merged into batches; one worker call runs at a time
-// (the worker is single-threaded at the API and parallel inside).
+// (the worker is single-threaded at the API and parallel inside). Made by
+// NewBuiltin it batches statically (a batch runs until its slowest request
+// is done); made by NewBuiltinContinuous, requests join and leave a running
+// decode batch between token steps.
 type Builtin struct {
-	sampler BatchSampler
+	sampler BatchSampler // static
+	decoder StepDecoder  // continuous
 	opts    BuiltinOptions
 	queue   chan pending
 	stop    chan struct{}
@@ -54,23 +58,27 @@ type reply struct {
 // ErrClosed is returned by Generate after Close.
 var ErrClosed = errors.New("engine: generator closed")
 
-// NewBuiltin starts the batching loop over sampler.
+// NewBuiltin starts the static batching loop over sampler.
 func NewBuiltin(sampler BatchSampler, opts BuiltinOptions) *Builtin {
+	b := newBuiltin(opts)
+	b.sampler = sampler
+	go b.loop()
+	return b
+}
+
+func newBuiltin(opts BuiltinOptions) *Builtin {
 	if opts.MaxBatch < 1 {
 		opts.MaxBatch = 1
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Minute
 	}
-	b := &Builtin{
-		sampler: sampler,
-		opts:    opts,
-		queue:   make(chan pending),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+	return &Builtin{
+		opts:  opts,
+		queue: make(chan pending),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
-	go b.loop()
-	return b
 }
 
 // Generate queues req and waits for its batch to be sampled.

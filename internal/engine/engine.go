@@ -29,8 +29,11 @@ type Request struct {
 	StopIDs []int32
 	// Seed makes the request reproducible; 0 lets the backend choose.
 	Seed int64
-	// SessionKey is the same for every turn of one rollout ("" for none):
-	// backends keep such turns where the previous ones' KV cache is.
+	// SessionKey (optional) names the rollout the request belongs to, the
+	// same for all its turns: the builtin continuous backend keeps the
+	// rollout's KV cache under it, so the next turn, whose prompt extends
+	// this one's prompt and completion, prefills only the new tokens; the
+	// vLLM backend sends all of them to one replica (its prefix cache).
 	SessionKey string
 }
 

@@ -14,11 +14,7 @@ type WorkerSampler struct{ Model *worker.Model }
 func (s WorkerSampler) SampleBatch(ctx context.Context, reqs []Request) ([]Result, error) {
 	wr := make([]worker.SampleRequest, len(reqs))
 	for i, r := range reqs {
-		wr[i] = worker.SampleRequest{
-			PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens,
-			Temperature: r.Sampling.Temperature, TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP,
-			StopIDs: r.StopIDs, Seed: r.Seed,
-		}
+		wr[i] = workerRequest(r)
 	}
 	res, err := s.Model.Sample(ctx, wr)
 	if err != nil {
@@ -26,11 +22,61 @@ func (s WorkerSampler) SampleBatch(ctx context.Context, reqs []Request) ([]Resul
 	}
 	out := make([]Result, len(res))
 	for i, r := range res {
-		stop := StopToken
-		if r.StopReason == worker.StopLength {
-			stop = StopLength
-		}
-		out[i] = Result{IDs: r.IDs, Logprobs: r.Logprobs, StopReason: stop}
+		out[i] = Result{IDs: r.IDs, Logprobs: r.Logprobs, StopReason: stopReason(r.StopReason)}
 	}
 	return out, nil
+}
+
+// WorkerDecoder is the continuous builtin backend's StepDecoder: a worker
+// decoder, whose KV cache is kept per Request.SessionKey. Close frees it.
+type WorkerDecoder struct{ Decoder *worker.Decoder }
+
+// Add converts requests to the worker's and prefills them.
+func (d WorkerDecoder) Add(ctx context.Context, reqs []Request) ([]int64, error) {
+	wr := make([]worker.DecodeRequest, len(reqs))
+	for i, r := range reqs {
+		wr[i] = worker.DecodeRequest{SampleRequest: workerRequest(r), CacheKey: r.SessionKey}
+	}
+	return d.Decoder.Add(ctx, wr)
+}
+
+// Step samples one token for every live sequence.
+func (d WorkerDecoder) Step(ctx context.Context, live int) ([]TokenEvent, error) {
+	evs, err := d.Decoder.Step(ctx, live)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TokenEvent, len(evs))
+	for i, e := range evs {
+		out[i] = TokenEvent{Seq: e.Seq, Token: e.Token, Logprob: e.Logprob, Done: e.Stop != 0, Stop: stopReason(e.Stop)}
+	}
+	return out, nil
+}
+
+// Release drops a live sequence.
+func (d WorkerDecoder) Release(ctx context.Context, seq int64) error {
+	return d.Decoder.Release(ctx, seq)
+}
+
+// Forget drops a session's cached keys/values.
+func (d WorkerDecoder) Forget(ctx context.Context, key string) error {
+	return d.Decoder.Forget(ctx, key)
+}
+
+// Close frees the decoder.
+func (d WorkerDecoder) Close() error { return d.Decoder.Close() }
+
+func workerRequest(r Request) worker.SampleRequest {
+	return worker.SampleRequest{
+		PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens,
+		Temperature: r.Sampling.Temperature, TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP,
+		StopIDs: r.StopIDs, Seed: r.Seed,
+	}
+}
+
+func stopReason(s worker.StopReason) StopReason {
+	if s == worker.StopLength {
+		return StopLength
+	}
+	return StopToken
 }

@@ -2,6 +2,8 @@ package rollout
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -59,6 +62,10 @@ type Runner struct {
 	gen  engine.Generator
 	chat ChatSpec
 	opts Options
+	// Each attempt of a rollout gets its own engine session key, unique
+	// across runners sharing a generator: a random prefix and a counter.
+	sessionPrefix string
+	sessions      atomic.Int64
 }
 
 // NewRunner builds a runner; envs are indexed by Task.Env.
@@ -79,7 +86,9 @@ func NewRunner(envs []Opener, gen engine.Generator, chat ChatSpec, opts Options)
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 10 * time.Second
 	}
-	return &Runner{envs: envs, gen: gen, chat: chat, opts: opts}, nil
+	var prefix [8]byte
+	_, _ = rand.Read(prefix[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return &Runner{envs: envs, gen: gen, chat: chat, opts: opts, sessionPrefix: "rollout-" + hex.EncodeToString(prefix[:])}, nil
 }
 
 // RunAll runs every task, at most MaxConcurrency at once, and returns the
@@ -181,11 +190,26 @@ func (r *Runner) runOnce(ctx context.Context, task Task, seed int64) *Trajectory
 		return tr
 	}
 
-	ep := &episode{r: r, tr: tr, sess: sess, seed: seed}
+	ep := &episode{r: r, tr: tr, sess: sess, seed: seed, sessionKey: fmt.Sprintf("%s-%d", r.sessionPrefix, r.sessions.Add(1))}
+	defer r.endSession(ep.sessionKey)
 	if err := ep.run(ctx); err != nil {
 		r.fail(ctx, tr, err)
 	}
 	return tr
+}
+
+// endSession lets a generator that keeps per-rollout state (the builtin
+// engine's KV cache) drop it now rather than when its budget evicts it.
+func (r *Runner) endSession(key string) {
+	ender, ok := r.gen.(engine.SessionEnder)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
+	defer cancel()
+	if err := ender.EndSession(ctx, key); err != nil {
+		r.opts.Logger.Warn().Err(err).Str("session", key).Msg("end engine session")
+	}
 }
 
 // callEnv runs one ORS call under the per-call deadline and adds its time.
@@ -252,6 +276,8 @@ type episode struct {
 	keep int
 	seed int64
 	done bool
+	// sessionKey names this attempt's turns to the engine (engine.Request.SessionKey).
+	sessionKey string
 }
 
 func (e *episode) run(ctx context.Context) error {
@@ -375,11 +401,12 @@ func (e *episode) generate(ctx context.Context, ids []int32, budget, iter int) (
 		seed = seed*1000003 + int64(iter)
 	}
 	return e.r.gen.Generate(ctx, engine.Request{
-		PromptIDs: ids,
-		MaxTokens: budget,
-		Sampling:  e.r.opts.Sampling,
-		StopIDs:   e.r.chat.stopIDs(),
-		Seed:      seed,
+		PromptIDs:  ids,
+		MaxTokens:  budget,
+		Sampling:   e.r.opts.Sampling,
+		StopIDs:    e.r.chat.stopIDs(),
+		Seed:       seed,
+		SessionKey: e.sessionKey,
 	})
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,4 +421,64 @@ func TestRunAllConcurrentSessions(t *testing.T) {
 	assert.Equal(t, int64(64), done.Load())
 	assert.Equal(t, int64(64), srv.Stats().Created)
 	assert.Equal(t, int64(0), srv.Stats().Live)
+}
+
+// sessionGenerator records each request's session key by conversation and
+// the sessions ended.
+type sessionGenerator struct {
+	scriptedGenerator
+	smu   sync.Mutex
+	keys  map[string][]string // conversation (first user text) -> session key of each turn
+	ended []string
+}
+
+func (g *sessionGenerator) Generate(ctx context.Context, req engine.Request) (engine.Result, error) {
+	seen := g.tok.Decode(req.PromptIDs, false)
+	conv := seen[:min(len(seen), strings.Index(seen, "<|im_start|>assistant")+1)]
+	g.smu.Lock()
+	g.keys[conv] = append(g.keys[conv], req.SessionKey)
+	g.smu.Unlock()
+	return g.scriptedGenerator.Generate(ctx, req)
+}
+
+func (g *sessionGenerator) EndSession(ctx context.Context, key string) error {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	g.ended = append(g.ended, key)
+	return nil
+}
+
+// TestRolloutSessionKeys: all turns of a rollout carry one session key, no
+// two rollouts share one, and each is ended when its rollout ends.
+func TestRolloutSessionKeys(t *testing.T) {
+	cs := tinyChat(t)
+	opener, _, _ := serveEnv(t, envs.Echo())
+	gen := &sessionGenerator{keys: map[string][]string{}}
+	gen.tok = cs.Tokenizer
+	gen.script = func(turn int, seen string) (string, engine.StopReason, time.Duration) {
+		if turn == 0 {
+			return call("echo", `{"text": "nope"}`), engine.StopToken, 0
+		}
+		return call("echo", `{"text": "`+targetOf(seen)+`"}`), engine.StopToken, 0
+	}
+	r := newRunner(t, opener, gen, cs, nil)
+	tasks := make([]Task, 4)
+	for i := range tasks {
+		tasks[i] = Task{Split: "train", Index: i}
+	}
+	for i, tr := range r.RunAll(context.Background(), tasks, nil) {
+		require.Equal(t, OutcomeDone, tr.Outcome, "rollout %d: %v", i, tr.Err)
+	}
+	gen.smu.Lock()
+	defer gen.smu.Unlock()
+	require.Len(t, gen.keys, 4)
+	seen := map[string]bool{}
+	for conv, keys := range gen.keys {
+		require.Len(t, keys, 2, conv)
+		require.NotEmpty(t, keys[0])
+		assert.Equal(t, keys[0], keys[1], "both turns of a rollout share its key")
+		assert.False(t, seen[keys[0]], "key %s used by two rollouts", keys[0])
+		seen[keys[0]] = true
+	}
+	assert.ElementsMatch(t, slices.Collect(maps.Keys(seen)), gen.ended)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/vllm"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // startEngine builds the generation backend: the builtin worker (batched),
@@ -21,7 +22,7 @@ import (
 func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
 	log := ro.Logger.With().Str("component", "engine").Logger()
 	if cfg.Engine.Kind != "vllm" {
-		return newBuiltinEngine(cfg, policy, log), nil
+		return newBuiltinEngine(ctx, cfg, policy, log)
 	}
 	export := policy.m.SaveHF
 	if cfg.GRPO.LoRA.Enabled {
@@ -74,11 +75,27 @@ func vllmOptions(cfg *config.Config, modelDir string, export engine.WeightExport
 	return opts
 }
 
-// newBuiltinEngine batches concurrent rollouts' requests into the worker.
-func newBuiltinEngine(cfg *config.Config, policy *workerPolicy, log zerolog.Logger) *engine.Builtin {
-	return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, engine.BuiltinOptions{
+// newBuiltinEngine batches concurrent rollouts' requests into the worker:
+// continuously (engine.batching continuous, keeping each rollout's KV cache
+// between turns within engine.kv_cache_budget) or statically.
+func newBuiltinEngine(ctx context.Context, cfg *config.Config, policy *workerPolicy, log zerolog.Logger) (*engine.Builtin, error) {
+	opts := engine.BuiltinOptions{
 		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
-	})
+	}
+	if cfg.Engine.Batching == "static" {
+		return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, opts), nil
+	}
+	budget, err := cfg.Engine.KVCacheBudgetBytes()
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	dec, err := policy.m.NewDecoder(dctx, worker.DecoderOptions{KVCacheBudget: budget})
+	if err != nil {
+		return nil, fmt.Errorf("start builtin engine: %w", err)
+	}
+	return engine.NewBuiltinContinuous(engine.WorkerDecoder{Decoder: dec}, opts), nil
 }
 
 // randomKey is a 256-bit API key, hex encoded.

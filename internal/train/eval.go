@@ -95,8 +95,8 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 		return nil, err
 	}
 	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger, adapterDir: target.adapter,
-		engine: func(_ context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
-			return newBuiltinEngine(cfg, p, eo.Logger), nil
+		engine: func(ctx context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
+			return newBuiltinEngine(ctx, cfg, p, eo.Logger)
 		},
 	})
 	if err != nil {

@@ -26,6 +26,13 @@ typedef struct {
   int (*optimizer_step)(ort_model *, double, double *, char *, size_t);
   int (*zero_grad)(ort_model *, char *, size_t);
   int (*sample)(ort_model *, const ort_sample_request *, int32_t, ort_sample_result *, const volatile int32_t *, char *, size_t);
+  int (*decoder_new)(ort_model *, const ort_decoder_options *, ort_decoder **, char *, size_t);
+  void (*decoder_free)(ort_decoder *);
+  int (*decoder_add)(ort_decoder *, const ort_sample_request *, const char *const *, int32_t, int64_t *, const volatile int32_t *, char *, size_t);
+  int (*decoder_step)(ort_decoder *, ort_decode_event *, int32_t, int32_t *, const volatile int32_t *, char *, size_t);
+  int (*decoder_release)(ort_decoder *, int64_t, char *, size_t);
+  int (*decoder_forget)(ort_decoder *, const char *, char *, size_t);
+  int (*decoder_stats)(ort_decoder *, ort_decoder_stats *, char *, size_t);
 } ort_api;
 
 static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n) {
@@ -56,6 +63,13 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(optimizer_step, "ort_optimizer_step")
   ORT_SYM(zero_grad, "ort_zero_grad")
   ORT_SYM(sample, "ort_sample")
+  ORT_SYM(decoder_new, "ort_decoder_new")
+  ORT_SYM(decoder_free, "ort_decoder_free")
+  ORT_SYM(decoder_add, "ort_decoder_add")
+  ORT_SYM(decoder_step, "ort_decoder_step")
+  ORT_SYM(decoder_release, "ort_decoder_release")
+  ORT_SYM(decoder_forget, "ort_decoder_forget")
+  ORT_SYM(decoder_stats, "ort_decoder_get_stats")
 #undef ORT_SYM
   return 0;
 }
@@ -75,4 +89,11 @@ static inline int ort_call_forward_backward(ort_api *a, ort_model *m, const ort_
 static inline int ort_call_optimizer_step(ort_api *a, ort_model *m, double lr, double *gn, char *e, size_t en) { return a->optimizer_step(m, lr, gn, e, en); }
 static inline int ort_call_zero_grad(ort_api *a, ort_model *m, char *e, size_t en) { return a->zero_grad(m, e, en); }
 static inline int ort_call_sample(ort_api *a, ort_model *m, const ort_sample_request *r, int32_t n, ort_sample_result *o, const volatile int32_t *c, char *e, size_t en) { return a->sample(m, r, n, o, c, e, en); }
+static inline int ort_call_decoder_new(ort_api *a, ort_model *m, const ort_decoder_options *o, ort_decoder **d, char *e, size_t en) { return a->decoder_new(m, o, d, e, en); }
+static inline void ort_call_decoder_free(ort_api *a, ort_decoder *d) { a->decoder_free(d); }
+static inline int ort_call_decoder_add(ort_api *a, ort_decoder *d, const ort_sample_request *r, const char *const *k, int32_t n, int64_t *ids, const volatile int32_t *c, char *e, size_t en) { return a->decoder_add(d, r, k, n, ids, c, e, en); }
+static inline int ort_call_decoder_step(ort_api *a, ort_decoder *d, ort_decode_event *ev, int32_t cap, int32_t *n, const volatile int32_t *c, char *e, size_t en) { return a->decoder_step(d, ev, cap, n, c, e, en); }
+static inline int ort_call_decoder_release(ort_api *a, ort_decoder *d, int64_t s, char *e, size_t en) { return a->decoder_release(d, s, e, en); }
+static inline int ort_call_decoder_forget(ort_api *a, ort_decoder *d, const char *k, char *e, size_t en) { return a->decoder_forget(d, k, e, en); }
+static inline int ort_call_decoder_stats(ort_api *a, ort_decoder *d, ort_decoder_stats *s, char *e, size_t en) { return a->decoder_stats(d, s, e, en); }
 #endif

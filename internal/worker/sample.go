@@ -21,7 +21,12 @@ type SampleRequest struct {
 	TopK        int     // 0 = off
 	MinP        float64 // 0 = off
 	StopIDs     []int32
-	Seed        int64
+	// Seed defines the request's own random stream, so its tokens do not
+	// depend on the other requests of a batch: the k-th sampled token uses
+	// u = (x >> 11) / 2^53, x the k-th 64-bit output of an mt19937 seeded
+	// with Seed, and takes the smallest token id whose cumulative processed
+	// probability exceeds u times the total. Sample and Decoder draw alike.
+	Seed int64
 }
 
 // StopReason says why generation ended.
@@ -83,16 +88,7 @@ func (m *Model) sample(ctx context.Context, reqs []SampleRequest, rooms []int) (
 		if r.MaxNewTokens < 1 {
 			return nil, fmt.Errorf("sample request %d: MaxNewTokens %d must be >= 1", i, r.MaxNewTokens)
 		}
-		topP := r.TopP
-		if topP == 0 {
-			topP = 1
-		}
-		creqs[i] = C.ort_sample_request{
-			prompt: (*C.int32_t)(ccopy(&ar, r.PromptIDs)), prompt_len: C.int32_t(len(r.PromptIDs)),
-			max_new_tokens: C.int32_t(r.MaxNewTokens), temperature: C.double(r.Temperature), top_p: C.double(topP),
-			top_k: C.int32_t(r.TopK), min_p: C.double(r.MinP), stop_ids: (*C.int32_t)(ccopy(&ar, r.StopIDs)),
-			n_stop: C.int32_t(len(r.StopIDs)), seed: C.int64_t(r.Seed),
-		}
+		creqs[i] = csampleRequest(&ar, r)
 		var idp, lpp unsafe.Pointer
 		idp, ids[i] = carray[int32](&ar, rooms[i])
 		lpp, lps[i] = carray[float32](&ar, rooms[i])

@@ -24,7 +24,7 @@ type options struct {
 	model, device, dtype, logprobs string
 	rows, promptLen, complLen      int
 	steps, newTokens, threads      int
-	checkpointing                  bool
+	checkpointing, sampleOnly      bool
 }
 
 type result struct {
@@ -41,7 +41,10 @@ type result struct {
 	TrainStepCPU      float64 `json:"train_step_cpu_s"`     // process CPU time per step: stable on a shared machine
 	FwdBwdTokensPerS  float64 `json:"fwd_bwd_tokens_per_s"` // forward+backward only, without the optimizer step
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
-	PeakRSSMiB        float64 `json:"peak_rss_mib"`
+	// DecodeTokensPerS is the continuous-batching decoder on the same
+	// requests as sample_tokens_per_s (the static sampler).
+	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
+	PeakRSSMiB       float64 `json:"peak_rss_mib"`
 }
 
 func main() {
@@ -57,6 +60,7 @@ func main() {
 	flag.IntVar(&o.newTokens, "new-tokens", 64, "tokens sampled per row")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "libtorch intra-op threads")
 	flag.BoolVar(&o.checkpointing, "checkpointing", false, "activation recomputation")
+	flag.BoolVar(&o.sampleOnly, "sample-only", false, "measure sampling only (train keys are 0)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -101,7 +105,7 @@ func run(ctx context.Context, o options) error {
 	cfg.ISCorrection = grpo.ISCorrectionOff
 	var elapsed, fwdBwd time.Duration
 	var cpu float64
-	for step := 0; step <= o.steps; step++ {
+	for step := 0; step <= o.steps && !o.sampleOnly; step++ {
 		cpu0 := cpuSeconds()
 		start := time.Now()
 		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
@@ -134,19 +138,67 @@ func run(ctx context.Context, o options) error {
 	for _, r := range out {
 		sampled += len(r.IDs)
 	}
+	decodeTime, decoded, err := decode(ctx, m, reqs)
+	if err != nil {
+		return err
+	}
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	seq := o.promptLen + o.complLen
-	return json.NewEncoder(os.Stdout).Encode(result{
+	res := result{
 		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
 		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
-		TrainTokensPerSec: float64(o.rows*seq*o.steps) / elapsed.Seconds(),
-		TrainStepSeconds:  elapsed.Seconds() / float64(o.steps),
-		TrainStepCPU:      cpu / float64(o.steps),
-		FwdBwdTokensPerS:  float64(o.rows*seq*o.steps) / fwdBwd.Seconds(),
-		SampleTokensPerS:  float64(sampled) / sampleTime.Seconds(),
-		PeakRSSMiB:        float64(ru.Maxrss) / 1024,
-	})
+		SampleTokensPerS: float64(sampled) / sampleTime.Seconds(),
+		DecodeTokensPerS: float64(decoded) / decodeTime.Seconds(),
+		PeakRSSMiB:       float64(ru.Maxrss) / 1024,
+	}
+	if !o.sampleOnly && o.steps > 0 {
+		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
+		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
+		res.TrainStepCPU = cpu / float64(o.steps)
+		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// decode generates reqs with the continuous-batching decoder (all rows
+// joining at once, after a one-row warm-up) and returns the time and the
+// tokens generated.
+func decode(ctx context.Context, m *worker.Model, reqs []worker.SampleRequest) (time.Duration, int, error) {
+	d, err := m.NewDecoder(ctx, worker.DecoderOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.Close()
+	dreqs := make([]worker.DecodeRequest, len(reqs))
+	for i, r := range reqs {
+		dreqs[i] = worker.DecodeRequest{SampleRequest: r}
+	}
+	run := func(rs []worker.DecodeRequest) (int, error) {
+		if _, err := d.Add(ctx, rs); err != nil {
+			return 0, err
+		}
+		tokens := 0
+		for live := len(rs); live > 0; {
+			evs, err := d.Step(ctx, live)
+			if err != nil {
+				return 0, err
+			}
+			for _, e := range evs {
+				tokens++
+				if e.Stop != 0 {
+					live--
+				}
+			}
+		}
+		return tokens, nil
+	}
+	if _, err := run(dreqs[:1]); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	n, err := run(dreqs)
+	return time.Since(start), n, err
 }
 
 // printLogprobs reads [{"tokens":[...],"prompt_len":P}] and prints the

@@ -248,4 +248,72 @@ int ort_sample(ort_model* h, const ort_sample_request* reqs, int32_t n, ort_samp
   });
 }
 
+struct ort_decoder {
+  ort::Decoder* d;
+};
+
+namespace {
+ort::Decoder& decoder(ort_decoder* h) {
+  if (h == nullptr || h->d == nullptr) throw std::runtime_error("nil decoder handle");
+  return *h->d;
+}
+}  // namespace
+
+int ort_decoder_new(ort_model* h, const ort_decoder_options* opts, ort_decoder** out, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (opts == nullptr || out == nullptr) throw std::runtime_error("decoder: nil options or output");
+    auto& m = model(h);
+    ort::need_finalized(m);
+    auto* d = new ort_decoder{nullptr};
+    try {
+      d->d = ort::new_decoder(m, *opts);
+    } catch (...) {
+      delete d;
+      throw;
+    }
+    *out = d;
+  });
+}
+
+void ort_decoder_free(ort_decoder* d) {
+  if (d == nullptr) return;
+  ort::free_decoder(d->d);
+  delete d;
+}
+
+int ort_decoder_add(ort_decoder* d, const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
+                    const volatile int32_t* cancel, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (n > 0 && (reqs == nullptr || ids == nullptr)) throw std::runtime_error("decoder add: nil requests or ids");
+    ort::decoder_add(decoder(d), reqs, keys, n, ids, cancel);
+  });
+}
+
+int ort_decoder_step(ort_decoder* d, ort_decode_event* events, int32_t cap, int32_t* n, const volatile int32_t* cancel,
+                     char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (n == nullptr || (cap > 0 && events == nullptr)) throw std::runtime_error("decoder step: nil events or count");
+    *n = 0;
+    *n = ort::decoder_step(decoder(d), events, cap, cancel);
+  });
+}
+
+int ort_decoder_release(ort_decoder* d, int64_t seq, char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::decoder_release(decoder(d), seq); });
+}
+
+int ort_decoder_forget(ort_decoder* d, const char* key, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (key == nullptr) throw std::runtime_error("decoder forget: nil key");
+    ort::decoder_forget(decoder(d), key);
+  });
+}
+
+int ort_decoder_get_stats(ort_decoder* d, ort_decoder_stats* stats, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (stats == nullptr) throw std::runtime_error("decoder stats: nil output");
+    *stats = ort::decoder_stats(decoder(d));
+  });
+}
+
 }  // extern "C"

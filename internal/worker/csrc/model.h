@@ -81,6 +81,10 @@ struct Model {
   int64_t step = 0;
   at::Generator gen;  // LoRA init and dropout
   bool training = false;  // LoRA dropout on (set during forward_backward)
+  // weights_version changes whenever a weight the forward pass reads may
+  // have changed (optimizer step, tensor write), so a decoder knows its
+  // cached keys/values are stale.
+  int64_t weights_version = 0;
 };
 
 // model.cpp
@@ -145,5 +149,37 @@ void zero_grad(Model& m);
 // sample.cpp
 void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,
             const volatile int32_t* cancel);
+
+// sampling.cpp: the one token picker of the static and the continuous path.
+struct RowSampling {
+  double temperature = 0, top_p = 1, min_p = 0;  // temperature 0 = greedy
+  int32_t top_k = 0;                            // 0 = off
+};
+void validate_sampling(const Model& m, const ort_sample_request& r, const std::string& where);
+// row_uniform draws the next uniform of a row's stream: u = (x >> 11) / 2^53
+// with x the next 64-bit output of the row's own mt19937 CPU generator
+// (seeded with the request's seed), so u is in [0, 1) and a row's draws never
+// depend on the other rows of the batch.
+double row_uniform(at::Generator& gen);
+// sample_rows picks one token per row of logits [n, V] with tensor ops and
+// one host copy: temperature, top-k, top-p, min-p (in that order), then the
+// smallest token id whose cumulative processed probability (in token-id
+// order) exceeds u[i] times the row's total; greedy rows take the argmax.
+// Returns the token ids and their processed log-probs.
+void sample_rows(const at::Tensor& logits, const std::vector<RowSampling>& rows, const std::vector<double>& u,
+                 std::vector<int64_t>* tokens, std::vector<double>* logps);
+
+// decoder.cpp: continuous batching (ort_decoder_*). A failed add or step
+// drops every live sequence (they may be half-advanced).
+struct Decoder;
+Decoder* new_decoder(Model& m, const ort_decoder_options& o);
+void free_decoder(Decoder* d);
+void decoder_add(Decoder& d, const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
+                 const volatile int32_t* cancel);
+// decoder_step writes one event per live sequence and returns their count.
+int32_t decoder_step(Decoder& d, ort_decode_event* events, int32_t cap, const volatile int32_t* cancel);
+void decoder_release(Decoder& d, int64_t seq);
+void decoder_forget(Decoder& d, const std::string& key);
+ort_decoder_stats decoder_stats(Decoder& d);
 
 }  // namespace ort

@@ -213,6 +213,7 @@ at::Tensor read_tensor(Model& m, int32_t kind, const std::string& name) {
 void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Tensor& src) {
   check_kind(kind);
   forget_listings(m);
+  m.weights_version++;
   if (kind == ORT_KIND_WEIGHT) return write_weight(m, name, src);
   need_finalized(m);
   at::NoGradGuard ng;

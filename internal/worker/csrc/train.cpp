@@ -15,6 +15,7 @@ void zero_grad(Model& m) {
 
 double optimizer_step(Model& m, double lr) {
   at::NoGradGuard ng;
+  m.weights_version++;
   const auto& params = trainable(m);
   std::vector<at::Tensor> sq;
   for (const auto& p : params) {

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 3
+#define ORT_ABI_VERSION 4
 
 /* Element types; values cross the ABI. */
 enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
@@ -203,6 +203,53 @@ int ort_optimizer_step(ort_model *m, double lr, double *grad_norm, char *err, si
 int ort_zero_grad(ort_model *m, char *err, size_t err_len);
 int ort_sample(ort_model *m, const ort_sample_request *reqs, int32_t n, ort_sample_result *out,
                const volatile int32_t *cancel, char *err, size_t err_len);
+
+/* Continuous batching (ABI 4). A decoder keeps a running batch of sequences
+ * over one model: ort_decoder_add prefills new sequences (a prompt identical
+ * to a live sequence's is prefilled once and its keys/values copied; a cache
+ * key whose parked entry is a prefix of the prompt prefills only the rest),
+ * ort_decoder_step samples one token for every live sequence and advances
+ * them, a finished sequence leaves the batch at once (parked under its cache
+ * key when it has one). Tokens are sampled as ort_sample does, so the same
+ * request and seed give the same tokens on either path. Free decoders
+ * before their model. A failed add or step drops every live sequence. */
+typedef struct ort_decoder ort_decoder;
+
+typedef struct {
+  int64_t kv_cache_budget; /* bytes of parked keys/values kept between turns (LRU); 0 = keep none */
+} ort_decoder_options;
+
+typedef struct {
+  int64_t seq;         /* from ort_decoder_add */
+  int32_t token;       /* the sampled id */
+  float logp;          /* its processed log-prob */
+  int32_t stop_reason; /* 0 while the sequence goes on, else ORT_STOP_* (the sequence has left) */
+} ort_decode_event;
+
+typedef struct {
+  int64_t live;            /* sequences in the running batch */
+  int64_t cached_entries;  /* parked cache keys */
+  int64_t cached_bytes;    /* their keys/values */
+  int64_t slot_bytes;      /* keys/values allocated for the running batch */
+  int64_t prefill_tokens;  /* prompt tokens run through the model */
+  int64_t reused_tokens;   /* prompt tokens taken from a parked entry */
+  int64_t shared_tokens;   /* prompt tokens copied from an identical live prompt */
+  int64_t evictions;       /* parked entries dropped for the budget */
+} ort_decoder_stats;
+
+int ort_decoder_new(ort_model *m, const ort_decoder_options *opts, ort_decoder **out, char *err, size_t err_len);
+void ort_decoder_free(ort_decoder *d);
+/* keys may be NULL, and keys[i] NULL or "" for no cache key; ids has room for n. */
+int ort_decoder_add(ort_decoder *d, const ort_sample_request *reqs, const char *const *keys, int32_t n, int64_t *ids,
+                    const volatile int32_t *cancel, char *err, size_t err_len);
+/* events has room for cap events; cap must be at least the live count. */
+int ort_decoder_step(ort_decoder *d, ort_decode_event *events, int32_t cap, int32_t *n,
+                     const volatile int32_t *cancel, char *err, size_t err_len);
+/* Drops a live sequence (a caller gave up); unknown ids are ignored. */
+int ort_decoder_release(ort_decoder *d, int64_t seq, char *err, size_t err_len);
+/* Drops the parked entry of a cache key, if any. */
+int ort_decoder_forget(ort_decoder *d, const char *key, char *err, size_t err_len);
+int ort_decoder_get_stats(ort_decoder *d, ort_decoder_stats *stats, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }
