@@ -54,11 +54,11 @@ type stepLoopConfig struct {
 	// MaxOffPolicySteps is async.max_off_policy_steps: 0 runs the
 	// synchronous loop; N >= 1 generates rounds ahead (loop_async.go).
 	MaxOffPolicySteps int
-	MaxSteps        int
-	Schedule        func(step int) float64
-	SaveSteps       int
-	LoggingSteps    int
-	MaxFailureFrac  float64
+	MaxSteps          int
+	Schedule          func(step int) float64
+	SaveSteps         int
+	LoggingSteps      int
+	MaxFailureFrac    float64
 	// Deadlines of the worker's phases: one micro-batch's forward and
 	// backward, one log-prob pass, one optimizer step (0: none).
 	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
