@@ -129,7 +129,7 @@ func (p *asyncPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, e
 }
 
 func (p *asyncPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
-func (p *asyncPolicy) DiscardGradients(ctx context.Context) error         { return nil }
+func (p *asyncPolicy) DiscardGradients(ctx context.Context) error            { return nil }
 
 func newAsyncLoop(t *testing.T, shape roundShape, n, steps int, ro rolloutRunner, p trainPolicy, g weightSyncer) *stepLoop {
 	t.Helper()
