@@ -19,7 +19,7 @@ import (
 func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
 	log := ro.Logger.With().Str("component", "engine").Logger()
 	if cfg.Engine.Kind != "vllm" && cfg.Async.MaxOffPolicySteps > 0 {
-		s, err := newSamplerCopy(ctx, cfg, modelDir, policy, ro.Getenv, log)
+		s, err := newSamplerCopy(ctx, cfg, modelDir, policy, log)
 		if err != nil {
 			return nil, err
 		}

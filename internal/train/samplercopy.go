@@ -36,12 +36,8 @@ type samplerCopy struct {
 
 // newSamplerCopy loads the sampler's model next to policy and gives it the
 // policy's current weights.
-func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, getenv func(string) string, log zerolog.Logger) (_ *samplerCopy, err error) {
-	path, _, err := worker.FindLibrary(cfg.Worker.Library, getenv)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := worker.Open(path)
+func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, log zerolog.Logger) (_ *samplerCopy, err error) {
+	lib, err := worker.Open(policy.libPath)
 	if err != nil {
 		return nil, err
 	}

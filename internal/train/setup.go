@@ -291,7 +291,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		lib.Close()
 		return nil, nil, err
 	}
-	p := &workerPolicy{m: m, lora: g.LoRA.Enabled}
+	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path}
 	if resumeDir != "" {
 		if err := p.restore(ctx, resumeDir); err != nil {
 			m.Close()
