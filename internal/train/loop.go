@@ -54,11 +54,14 @@ type stepLoopConfig struct {
 	// MaxOffPolicySteps is async.max_off_policy_steps: 0 runs the
 	// synchronous loop; N >= 1 generates rounds ahead (loop_async.go).
 	MaxOffPolicySteps int
-	MaxSteps          int
-	Schedule          func(step int) float64
-	SaveSteps         int
-	LoggingSteps      int
-	MaxFailureFrac    float64
+	// RescoreSamplerLogps: the engine's sampler scores each round again in
+	// one deterministic pass (loop_async.go).
+	RescoreSamplerLogps bool
+	MaxSteps            int
+	Schedule            func(step int) float64
+	SaveSteps           int
+	LoggingSteps        int
+	MaxFailureFrac      float64
 	// Deadlines of the worker's phases: one micro-batch's forward and
 	// backward, one log-prob pass, one optimizer step (0: none).
 	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
@@ -468,6 +471,9 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 		return nil, err
 	}
 	if gr.Rows, err = grpo.BuildRows(samples, adv, l.cfg.MaskTruncated); err != nil {
+		return nil, err
+	}
+	if err := l.rescoreSamplerLogprobs(ctx, gr); err != nil {
 		return nil, err
 	}
 	gr.Versions = make([]int, len(gr.Rows))

@@ -233,3 +233,37 @@ func (l *stepLoop) startAsync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// samplerScorer is an engine that can score rows with the weights that
+// sampled them: the builtin engine's copy of the policy.
+type samplerScorer interface {
+	SamplerLogprobs(ctx context.Context, rows []grpo.Row, temperature float64) ([][]float32, error)
+}
+
+// rescoreSamplerLogprobs replaces the log-probs recorded while sampling by
+// the sampler's log-probs of the finished round in one pass, where the
+// engine can (samplerScorer) and sampling truncates nothing (then both are
+// the same distribution; with top_k, top_p or min_p the recorded, processed
+// ones are kept). Sampling batches whatever requests arrive
+// together, so the recorded values vary with timing in the last bits; the
+// IS correction must not, or a run would not repeat exactly.
+func (l *stepLoop) rescoreSamplerLogprobs(ctx context.Context, gr *genRound) error {
+	sc, ok := l.gen.(samplerScorer)
+	if !ok || !l.cfg.UseSamplerLogps || !l.cfg.RescoreSamplerLogps {
+		return nil
+	}
+	t0 := time.Now()
+	var lps [][]float32
+	err := withDeadline(ctx, l.cfg.LogprobTimeout, func(c context.Context) (err error) {
+		lps, err = sc.SamplerLogprobs(c, gr.Rows, l.cfg.Loss.Temperature)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sampler log-probs: %w", err)
+	}
+	for i := range gr.Rows {
+		gr.Rows[i].SamplerLogprobs = lps[i]
+	}
+	gr.Stats.RolloutTime += time.Since(t0)
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -91,6 +92,13 @@ func (s *samplerCopy) SyncWeights(ctx context.Context, step int) error {
 	}
 	s.Bytes = n
 	return nil
+}
+
+// SamplerLogprobs scores rows with the sampler's weights (temperature
+// applied, no top-k/top-p truncation), in one deterministic pass.
+func (s *samplerCopy) SamplerLogprobs(ctx context.Context, rows []grpo.Row, temperature float64) ([][]float32, error) {
+	lp, _, err := s.m.Logprobs(ctx, rows, temperature, false)
+	return lp, err
 }
 
 // Close stops the batcher, then frees the copy and its library handle.
