@@ -299,6 +299,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}()
 	start := time.Now()
 	m := StepMetrics{Extra: map[string]float64{}, Async: l.async()}
+	if l.async() && l.inflight == nil {
+		// The rounds of the sampler's version: at the start of a run, and
+		// after a failed step cancelled them.
+		l.launchRounds(ctx)
+	}
 	if l.async() && l.roundStaleness != nil && l.round != nil && l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) != 0 {
 		// A round used since an earlier step: its samples, nothing dropped now.
 		m.Staleness = staleness{Sum: l.roundStaleness.Sum, Count: l.roundStaleness.Count, Max: l.roundStaleness.Max}
@@ -355,7 +360,14 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	l.step++
 	l.commit()
 	t0 = time.Now()
-	if err := l.gen.SyncWeights(ctx, l.step); err != nil {
+	syncCtx := ctx
+	if l.async() {
+		// The step is complete: an interrupt must not leave it unlogged
+		// nor the sampler on older weights than the checkpoint's rounds
+		// assume (the copy takes a fraction of the step).
+		syncCtx = context.WithoutCancel(ctx)
+	}
+	if err := l.gen.SyncWeights(syncCtx, l.step); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)

@@ -149,9 +149,6 @@ func (l *stepLoop) launchRounds(ctx context.Context) {
 // nextAsyncRound makes the oldest generated round the current one,
 // waiting for it if it is still being generated.
 func (l *stepLoop) nextAsyncRound(ctx context.Context, m *StepMetrics) error {
-	if len(l.queue) == 0 && l.inflight == nil {
-		l.launchRounds(ctx)
-	}
 	if len(l.queue) == 0 {
 		return fmt.Errorf("step %d: no round is generated or scheduled (max_steps %d)", l.step+1, l.cfg.MaxSteps)
 	}
@@ -220,16 +217,12 @@ func (l *stepLoop) aheadRounds() []*genRound {
 }
 
 // startAsync prepares an async run's first step: the sampler gets the
-// trainer's weights (a resumed run's replicas hold the base model) and the
-// rounds of the current version start.
+// trainer's weights (a resumed run's replicas hold the base model).
 func (l *stepLoop) startAsync(ctx context.Context) error {
 	if l.step > 0 {
 		if err := l.gen.SyncWeights(ctx, l.step); err != nil {
 			return fmt.Errorf("step %d: sync weights before resuming: %w", l.step, err)
 		}
-	}
-	if l.inflight == nil {
-		l.launchRounds(ctx)
 	}
 	return nil
 }

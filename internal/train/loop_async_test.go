@@ -84,6 +84,7 @@ type rowView struct {
 	Active             int
 	Advantage          float32
 	Sampler, Old, Kept bool
+	FirstSamplerLogp   float32
 }
 
 // asyncPolicy records every micro-batch and the loss settings it got.
@@ -111,8 +112,12 @@ func (p *asyncPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, c
 		for _, m := range r.LossMask {
 			active += int(m)
 		}
-		view = append(view, rowView{ID: r.Tokens[0], Active: active, Advantage: r.Advantage,
-			Sampler: r.SamplerLogprobs != nil, Old: r.OldLogprobs != nil, Kept: active > 0})
+		v := rowView{ID: r.Tokens[0], Active: active, Advantage: r.Advantage,
+			Sampler: r.SamplerLogprobs != nil, Old: r.OldLogprobs != nil, Kept: active > 0}
+		if len(r.SamplerLogprobs) > 0 {
+			v.FirstSamplerLogp = r.SamplerLogprobs[0]
+		}
+		view = append(view, v)
 	}
 	p.mbs = append(p.mbs, view)
 	p.cfgs = append(p.cfgs, cfg)
@@ -126,6 +131,21 @@ func (p *asyncPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, c
 func (p *asyncPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, error) {
 	p.steps++
 	return 1, nil
+}
+
+// failAtPolicy fails the forward/backward of one micro-step (1-based, over
+// the policy's life).
+type failAtPolicy struct {
+	asyncPolicy
+	calls, failAt int
+}
+
+func (p *failAtPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error) {
+	p.calls++
+	if p.calls == p.failAt {
+		return worker.LossStats{}, fmt.Errorf("worker out of memory")
+	}
+	return p.asyncPolicy.ForwardBackward(ctx, mb, cfg)
 }
 
 func (p *asyncPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
@@ -405,4 +425,87 @@ func TestAsyncResumeIsExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scoringSampler is a sampler that scores rows again (as the builtin copy
+// does): every completion token gets -0.5.
+type scoringSampler struct {
+	versionSyncer
+	calls int
+}
+
+func (s *scoringSampler) SamplerLogprobs(ctx context.Context, rows []grpo.Row, temperature float64) ([][]float32, error) {
+	s.calls++
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = make([]float32, r.CompletionLen())
+		for j := range out[i] {
+			out[i][j] = -0.5
+		}
+	}
+	return out, nil
+}
+
+// TestAsyncRescoresSamplerLogprobs: an engine that can score its rounds
+// again replaces the log-probs recorded while sampling, unless sampling
+// truncated the distribution (then the recorded ones are the right ones).
+func TestAsyncRescoresSamplerLogprobs(t *testing.T) {
+	shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
+	for _, rescore := range []bool{true, false} {
+		t.Run(fmt.Sprint("rescore=", rescore), func(t *testing.T) {
+			sampler := &scoringSampler{}
+			p := &asyncPolicy{}
+			loop := newAsyncLoop(t, shape, 1, 3, &seededRollouts{sampler: &sampler.versionSyncer}, p, sampler)
+			loop.cfg.RescoreSamplerLogps = rescore
+			require.NoError(t, loop.Run(context.Background()))
+			want, calls := float32(-1), 0 // what seededRollouts records
+			if rescore {
+				want, calls = -0.5, 3
+			}
+			assert.Equal(t, calls, sampler.calls, "one pass per round")
+			for i, mb := range p.mbs {
+				for _, r := range mb {
+					assert.Equal(t, want, r.FirstSamplerLogp, "micro-step %d row %d", i, r.ID)
+				}
+			}
+		})
+	}
+}
+
+// TestAsyncFailedStepRollsBack: a step that fails mid-way leaves the loop at
+// the previous boundary (state, rounds generated ahead); the loop then goes
+// on exactly as one that never failed.
+func TestAsyncFailedStepRollsBack(t *testing.T) {
+	shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
+	const steps = 5
+	s0 := &versionSyncer{}
+	whole := &asyncPolicy{}
+	wholeRO := &seededRollouts{sampler: s0}
+	wholeLoop := newAsyncLoop(t, shape, 1, steps, wholeRO, whole, s0)
+	wantMetrics := collectMetrics(wholeLoop)
+	require.NoError(t, wholeLoop.Run(context.Background()))
+
+	s1 := &versionSyncer{}
+	p := &failAtPolicy{failAt: 3}
+	ro := &seededRollouts{sampler: s1}
+	loop := newAsyncLoop(t, shape, 1, steps, ro, p, s1)
+	gotMetrics := collectMetrics(loop)
+	for range 2 {
+		_, err := loop.TrainStep(context.Background())
+		require.NoError(t, err)
+	}
+	state, ahead := loop.State(), loop.AheadRounds()
+	require.Len(t, ahead, 1, "round 2 was generated during step 2")
+	_, err := loop.TrainStep(context.Background())
+	require.ErrorContains(t, err, "out of memory")
+	assert.Equal(t, state, loop.State())
+	assert.Equal(t, ahead, loop.AheadRounds())
+	assert.Equal(t, state.Sampler, loop.sampler.State(), "the draws of the cancelled rounds are undone")
+	assert.Nil(t, loop.inflight, "no generation left running")
+
+	require.NoError(t, loop.Run(context.Background()))
+	assert.Equal(t, whole.mbs, p.mbs, "the same micro-batches as a loop that never failed")
+	assert.Equal(t, []int{0, 0, 1, 2, 3}, wholeRO.roundVersions())
+	assert.Equal(t, []int{0, 0, 1, 2, 2, 3}, ro.roundVersions(), "round 3 generated again with version 2")
+	assert.Equal(t, (*wantMetrics)[2:], *gotMetrics, "steps 3-5 log the same metrics, staleness included")
 }
