@@ -49,6 +49,10 @@ type AsyncConfig struct {
 	// the rest are reweighted with the sampler's log-probs
 	// (grpo.vllm_importance_sampling_*). 0 is the synchronous loop.
 	MaxOffPolicySteps int `mapstructure:"max_off_policy_steps"`
+	// SamplerThreads is the intra-op thread count of the builtin engine's
+	// sampler copy (0: worker.threads). On a small CPU the two models
+	// compete for the cores; fewer sampler threads can help.
+	SamplerThreads int `mapstructure:"sampler_threads"`
 }
 
 // EnvConfig is one ORS environment to draw tasks from.

@@ -133,6 +133,9 @@ func (c *Config) validateRuntime() error {
 	if n := c.Async.MaxOffPolicySteps; n < 0 {
 		return bad("async.max_off_policy_steps", n, "0 (synchronous) or a positive number of optimizer steps")
 	}
+	if n := c.Async.SamplerThreads; n < 0 {
+		return bad("async.sampler_threads", n, "0 (worker.threads) or a positive thread count")
+	}
 	if c.Engine.Kind == "vllm" && c.GRPO.LoRA.Enabled && len(c.GRPO.LoRA.ModulesToSave) > 0 {
 		return bad("grpo.lora.modules_to_save", c.GRPO.LoRA.ModulesToSave,
 			"empty with engine.kind vllm: vLLM loads LoRA adapters without full modules (use engine.kind builtin, or turn LoRA off to sync full weights)")

@@ -105,7 +105,9 @@ var benchPhases = [][2]string{
 
 // benchRun trains the slowed-down quickstart and returns its per-step means.
 func benchRun(modelDir, out string, n, steps, warmup int, latency string) (map[string]float64, error) {
-	cfg, err := config.Load(config.Source{Data: configs.Quickstart()})
+	// ORTRAIN_* variables change the shape (ORTRAIN_WORKER_THREADS,
+	// ORTRAIN_ASYNC_SAMPLER_THREADS, ORTRAIN_GRPO_MAX_COMPLETION_LENGTH, …).
+	cfg, err := config.Load(config.Source{Data: configs.Quickstart(), Getenv: os.Getenv})
 	if err != nil {
 		return nil, err
 	}

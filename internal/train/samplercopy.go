@@ -43,7 +43,11 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 		return nil, err
 	}
 	rss0 := residentBytes()
-	m, err := lib.LoadModel(ctx, modelOptions(cfg, modelDir, false))
+	opts := modelOptions(cfg, modelDir, false)
+	if cfg.Async.SamplerThreads > 0 {
+		opts.Threads = cfg.Async.SamplerThreads
+	}
+	m, err := lib.LoadModel(ctx, opts)
 	if err != nil {
 		lib.Close()
 		return nil, fmt.Errorf("load the sampler's copy of the policy: %w", err)
@@ -61,7 +65,7 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 		return nil, fmt.Errorf("copy the policy's weights to the sampler: %w", err)
 	}
 	rss := residentBytes() - rss0
-	log.Info().Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Msg("async: sampling with a copy of the policy")
+	log.Info().Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Int("threads", opts.Threads).Msg("async: sampling with a copy of the policy")
 	s.Builtin = engine.NewBuiltin(engine.WorkerSampler{Model: m}, engine.BuiltinOptions{
 		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
 	})
