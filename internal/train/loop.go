@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -513,7 +514,9 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 // groups dropped (async), old and reference log-probs, the shuffled
 // micro-batches, its metrics, and its trajectories queued for the log.
 func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) error {
-	rows := gr.Rows
+	// The step fills in the rows' log-probs on a copy: a failed step's
+	// rollback (and its checkpoint) keeps gr as it was generated.
+	rows := slices.Clone(gr.Rows)
 	if l.async() {
 		st := dropStale(rows, gr.Versions, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)
 		m.Staleness = m.Staleness.add(st)

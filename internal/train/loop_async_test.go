@@ -496,10 +496,14 @@ func TestAsyncFailedStepRollsBack(t *testing.T) {
 	}
 	state, ahead := loop.State(), loop.AheadRounds()
 	require.Len(t, ahead, 1, "round 2 was generated during step 2")
+	saved := t.TempDir()
+	require.NoError(t, writeAhead(saved, ahead))
 	_, err := loop.TrainStep(context.Background())
 	require.ErrorContains(t, err, "out of memory")
 	assert.Equal(t, state, loop.State())
-	assert.Equal(t, ahead, loop.AheadRounds())
+	asSaved, err := readAhead(saved)
+	require.NoError(t, err)
+	assert.Equal(t, asSaved, loop.AheadRounds(), "the failed step left the saved round as it was generated")
 	assert.Equal(t, state.Sampler, loop.sampler.State(), "the draws of the cancelled rounds are undone")
 	assert.Nil(t, loop.inflight, "no generation left running")
 
