@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,12 @@ func TestQuickstartCommentedSettingsLoad(t *testing.T) {
 		}},
 		{"env name", "    # name: letters-train", "    name: letters-train", func(t *testing.T, c *config.Config) {
 			assert.Equal(t, "letters-train", c.Envs[0].Name)
+		}},
+		{"tool latency", "    # tool_latency: 300ms", "    tool_latency: 300ms", func(t *testing.T, c *config.Config) {
+			assert.Equal(t, 300*time.Millisecond, c.Envs[0].ToolLatency)
+		}},
+		{"async", "# async: {", "async: {", func(t *testing.T, c *config.Config) {
+			assert.Equal(t, 1, c.Async.MaxOffPolicySteps)
 		}},
 		{"env chat", "    # chat:                   # per-env overrides of the chat settings below;\n    #   final_answer_tool: submit",
 			"    chat:\n      final_answer_tool: echo", func(t *testing.T, c *config.Config) {

@@ -27,6 +27,8 @@ type EnvServeOptions struct {
 	Port        int
 	IdleTimeout time.Duration
 	Protocol    string
+	// ToolLatency makes every tool call sleep this long first.
+	ToolLatency time.Duration
 }
 
 // newEnvCmd groups the built-in environment commands.
@@ -62,6 +64,10 @@ tools become MCP tools). OpenEnv envs (guess, mcp-echo) are served over
 OpenEnv: /health, /schema, /metadata, /ws sessions, /mcp, stateless /reset,
 /step and /state, as openenv-core serves them.
 
+--tool-latency makes every tool call (an OpenEnv env's every step) wait that
+long before it runs, as a slow sandbox would: the env-bound case, measurable on
+a laptop (builtin:NAME?tool_latency=300ms does the same for a training run).
+
 Sessions idle for --idle-timeout (no request, no ping) are torn down.
 SIGINT or SIGTERM stops the server gracefully: requests in flight finish and
 every live session is torn down.
@@ -74,6 +80,9 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
   # the letters env as an OpenEnv MCP env, and the guessing game
   ortrain env serve letters --protocol openenv --port 8001 &
   ortrain env serve guess --port 8000
+
+  # every tool call takes at least 300 ms
+  ortrain env serve letters --port 8002 --tool-latency 300ms
 
   # listen on every interface
   ortrain env serve letters --host 0.0.0.0 --port 9000`,
@@ -92,6 +101,7 @@ Built-in environments (see 'ortrain env list'): ` + strings.Join(envs.Names(), "
 	cmd.Flags().IntVar(&opts.Port, "port", 8080, "TCP port (0 picks a free one)")
 	cmd.Flags().DurationVar(&opts.IdleTimeout, "idle-timeout", 15*time.Minute, "tear down sessions idle for this long")
 	cmd.Flags().StringVar(&opts.Protocol, "protocol", "", "ors or openenv (default: the env's own protocol)")
+	cmd.Flags().DurationVar(&opts.ToolLatency, "tool-latency", 0, "sleep this long in every tool call (e.g. 300ms)")
 	return cmd
 }
 
@@ -113,12 +123,16 @@ func runEnvServe(ctx context.Context, opts *EnvServeOptions) error {
 	if opts.IdleTimeout <= 0 {
 		return usageErrorf("--idle-timeout %s must be positive (e.g. 15m)", opts.IdleTimeout)
 	}
+	if opts.ToolLatency < 0 {
+		return usageErrorf("--tool-latency %s must be 0 or positive (e.g. 300ms)", opts.ToolLatency)
+	}
 	addr := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
 	// Serve on a context that outlives ctx, so shutdown below gets its own
 	// bounded deadline instead of the already-cancelled one.
 	srv, err := envs.ListenProtocol(context.WithoutCancel(ctx), opts.Name, envs.Protocol(opts.Protocol), addr, envs.ServeOptions{
-		ORS:     orsserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout, Version: Version()},
-		OpenEnv: openenvserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout},
+		ORS:         orsserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout, Version: Version()},
+		OpenEnv:     openenvserver.Options{Logger: opts.Logger, IdleTimeout: opts.IdleTimeout},
+		ToolLatency: opts.ToolLatency,
 	})
 	if err != nil {
 		var notServable *envs.ProtocolError

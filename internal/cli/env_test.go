@@ -68,6 +68,7 @@ func TestEnvServeFlags(t *testing.T) {
 	}{
 		{[]string{"echo"}, EnvServeOptions{Name: "echo", Host: "127.0.0.1", Port: 8080, IdleTimeout: 15 * time.Minute}},
 		{[]string{"letters", "--host", "0.0.0.0", "--port", "9000", "--idle-timeout", "30s"}, EnvServeOptions{Name: "letters", Host: "0.0.0.0", Port: 9000, IdleTimeout: 30 * time.Second}},
+		{[]string{"letters", "--tool-latency", "300ms"}, EnvServeOptions{Name: "letters", Host: "127.0.0.1", Port: 8080, IdleTimeout: 15 * time.Minute, ToolLatency: 300 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -78,7 +79,7 @@ func TestEnvServeFlags(t *testing.T) {
 			cmd.SetArgs(tt.args)
 			require.NoError(t, cmd.Execute())
 			require.NotNil(t, got)
-			assert.Equal(t, tt.want, EnvServeOptions{Name: got.Name, Host: got.Host, Port: got.Port, IdleTimeout: got.IdleTimeout})
+			assert.Equal(t, tt.want, EnvServeOptions{Name: got.Name, Host: got.Host, Port: got.Port, IdleTimeout: got.IdleTimeout, ToolLatency: got.ToolLatency})
 		})
 	}
 }
@@ -98,6 +99,7 @@ func TestEnvServeErrors(t *testing.T) {
 		{"no name", []string{"env", "serve"}, ExitUsage, "accepts 1 arg"},
 		{"bad port", []string{"env", "serve", "echo", "--port", "70000"}, ExitUsage, "--port 70000 is not a TCP port"},
 		{"bad idle timeout", []string{"env", "serve", "echo", "--idle-timeout", "0s"}, ExitUsage, "--idle-timeout 0s must be positive"},
+		{"negative tool latency", []string{"env", "serve", "echo", "--tool-latency", "-1s"}, ExitUsage, "--tool-latency -1s must be 0 or positive"},
 		{"port in use", []string{"env", "serve", "echo", "--port", busyPort}, ExitError, "is the port in use?"},
 		{"bad protocol", []string{"env", "serve", "echo", "--protocol", "grpc"}, ExitUsage, `--protocol "grpc" is not a protocol (allowed: ors, openenv)`},
 		{"openenv env over ors", []string{"env", "serve", "guess", "--protocol", "ors", "--port", "0"}, ExitUsage, `"guess" speaks OpenEnv only`},

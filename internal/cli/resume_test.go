@@ -201,3 +201,49 @@ func TestResumeIsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeIsExactAsync is TestResumeIsExact with rollouts one step ahead
+// of training (async.max_off_policy_steps 1): the rounds generated ahead are
+// checkpointed and the one in flight is generated again from the
+// checkpoint's weights, so the resumed run logs the same metrics and ends
+// with the same weights as the uninterrupted one.
+func TestResumeIsExactAsync(t *testing.T) {
+	lib := requireWorkerLib(t)
+	bin := buildOrtrain(t)
+	work := t.TempDir()
+	modelDir := filepath.Join(work, "tiny")
+	preset, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	require.NoError(t, model.Init(modelDir, preset, 3))
+	rng := rand.New(rand.NewPCG(2026, 24))
+	for _, shape := range [][3]int{{1, 1, 1}, {1, 2, 1}, {2, 2, 2}} {
+		ga, spg, mu := shape[0], shape[1], shape[2]
+		name := fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu)
+		after, delay := 1+rng.IntN(4), time.Duration(rng.IntN(150))*time.Millisecond
+		t.Run(name, func(t *testing.T) {
+			write := func(dir string) string {
+				path := filepath.Join(work, name+"-"+filepath.Base(dir)+".yaml")
+				cfg := resumeConfig(modelDir, dir, ga, spg, mu) + "async:\n  max_off_policy_steps: 1\n"
+				require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+				return path
+			}
+			whole, cut := filepath.Join(work, name, "whole"), filepath.Join(work, name, "cut")
+			runOrtrain(t, bin, lib, "run", "--config", write(whole))
+
+			cfg := write(cut)
+			log := interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
+			_, _, err := train.LatestCheckpoint(cut)
+			require.NoError(t, err, "the interrupted run saved its last completed step; its log: %s", log)
+			runOrtrain(t, bin, lib, "run", "--config", cfg, "--resume")
+
+			want, got := stepMetrics(t, whole), stepMetrics(t, cut)
+			require.Len(t, got, 8, "every step logged once after the resume (interrupted after step %d + %s)", after, delay)
+			assert.Equal(t, 1.0, want[7]["async/staleness_max"], "the last step trains on samples one step old")
+			for i := range want {
+				assert.Equal(t, want[i], got[i], "step %d (interrupted after step %d + %s)", i+1, after, delay)
+			}
+			assert.True(t, bytes.Equal(finalWeights(t, whole), finalWeights(t, cut)),
+				"final weights differ (interrupted after step %d + %s)", after, delay)
+		})
+	}
+}

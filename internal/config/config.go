@@ -36,6 +36,23 @@ type Config struct {
 	Engine  EngineConfig  `mapstructure:"engine"`
 	Worker  WorkerConfig  `mapstructure:"worker"`
 	Logging LoggingConfig `mapstructure:"logging"`
+	Async   AsyncConfig   `mapstructure:"async"`
+}
+
+// AsyncConfig lets the rollouts of the next rounds run while the current
+// step trains (off-policy by at most MaxOffPolicySteps optimizer steps).
+type AsyncConfig struct {
+	// MaxOffPolicySteps is N: round r is generated with the weights of
+	// step start(r)-N (start(r): the optimizer steps done when round r is
+	// first trained on), so generation overlaps N steps of training; a
+	// sample more than N steps old when it is trained on is dropped, and
+	// the rest are reweighted with the sampler's log-probs
+	// (grpo.vllm_importance_sampling_*). 0 is the synchronous loop.
+	MaxOffPolicySteps int `mapstructure:"max_off_policy_steps"`
+	// SamplerThreads is the intra-op thread count of the builtin engine's
+	// sampler copy (0: worker.threads). On a small CPU the two models
+	// compete for the cores; fewer sampler threads can help.
+	SamplerThreads int `mapstructure:"sampler_threads"`
 }
 
 // EnvConfig is one ORS environment to draw tasks from.
@@ -69,6 +86,9 @@ type EnvConfig struct {
 	// OpenEnv shapes how an OpenEnv env's actions and observations become
 	// tools and turns.
 	OpenEnv OpenEnvConfig `mapstructure:"openenv"`
+	// ToolLatency makes every tool call of a builtin:NAME env sleep this
+	// long first (the env-bound case, measurable on a laptop); 0 = none.
+	ToolLatency time.Duration `mapstructure:"tool_latency"`
 }
 
 // OpenEnvConfig shapes an OpenEnv env's turns.

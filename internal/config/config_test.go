@@ -156,6 +156,14 @@ func TestValidationErrors(t *testing.T) {
 		{"modules to save unknown", func(c *Config) {
 			c.GRPO.LoRA.Enabled, c.GRPO.LoRA.ModulesToSave = true, []string{"lm_head", "q_proj"}
 		}, "grpo.lora.modules_to_save[1]"},
+		{"async negative", func(c *Config) { c.Async.MaxOffPolicySteps = -1 }, "async.max_off_policy_steps"},
+		{"sampler threads negative", func(c *Config) { c.Async.SamplerThreads = -1 }, "async.sampler_threads"},
+		{"tool latency negative", func(c *Config) {
+			c.Envs = []EnvConfig{{Target: "builtin:letters", Split: "train", Weight: 1, ToolLatency: -time.Second}}
+		}, "envs[0].tool_latency"},
+		{"tool latency on a URL", func(c *Config) {
+			c.Envs = []EnvConfig{{Target: "http://127.0.0.1:8080", Split: "train", Weight: 1, ToolLatency: time.Second}}
+		}, "envs[0].tool_latency"},
 		{"modules to save twice", func(c *Config) {
 			c.GRPO.LoRA.Enabled, c.GRPO.LoRA.ModulesToSave = true, []string{"norm", "norm"}
 		}, "grpo.lora.modules_to_save[1]"},
@@ -265,6 +273,8 @@ envs:
   - target: builtin:letters
     split: validation
     name: letters/validation
+    tool_latency: 300ms
+async: {max_off_policy_steps: 2, sampler_threads: 1}
 rollout: {max_retries: 5, retry_backoff: 2s, env_down_timeout: 1m, max_failed_tool_steps: 0}
 worker: {step_timeout: 1h, logprob_timeout: 20m, optimizer_timeout: 1m, save_timeout: 30m}
 grpo:
@@ -274,6 +284,9 @@ logging: {tensorboard: true, log_prompts: true}
 	require.NoError(t, err)
 	assert.Equal(t, "letters-train", cfg.Envs[0].Name)
 	assert.Equal(t, "letters/validation", cfg.Envs[1].Name)
+	assert.Equal(t, 300*time.Millisecond, cfg.Envs[1].ToolLatency)
+	assert.Zero(t, cfg.Envs[0].ToolLatency)
+	assert.Equal(t, AsyncConfig{MaxOffPolicySteps: 2, SamplerThreads: 1}, cfg.Async)
 	assert.Equal(t, RolloutConfig{MaxConcurrency: 64, EpisodeTimeout: 10 * time.Minute, CallTimeout: 2 * time.Minute,
 		MaxFailureFraction: 0.5, MaxRetries: 5, RetryBackoff: 2 * time.Second, EnvDownTimeout: time.Minute}, cfg.Rollout)
 	assert.Equal(t, time.Hour, cfg.Worker.StepTimeout)

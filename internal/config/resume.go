@@ -41,7 +41,7 @@ func resumeKeys() []string {
 		"model", "init_model_preset", "seed",
 		"grpo.num_generations", "grpo.per_device_train_batch_size", "grpo.gradient_accumulation_steps",
 		"grpo.steps_per_generation", "grpo.num_iterations", "grpo.generation_batch_size", "grpo.loss_type",
-		"grpo.lora.enabled",
+		"grpo.lora.enabled", "async.max_off_policy_steps",
 	}
 }
 
@@ -61,7 +61,8 @@ func envResumeKeys() []string {
 // read with LoadFile) and now: model, init_model_preset, seed, the batch
 // shape (num_generations, per_device_train_batch_size,
 // gradient_accumulation_steps, steps_per_generation, num_iterations,
-// generation_batch_size), loss_type, the LoRA settings, and each env
+// generation_batch_size), loss_type, the LoRA settings,
+// async.max_off_policy_steps (which weights generate each round), and each env
 // entry's target, split, indices, num_tasks, weight and name. Settings that
 // do not (learning rate, timeouts, logging, secrets) are not listed: env
 // secrets are saved as <redacted>, so their values are never compared nor

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,7 +62,9 @@ func TestResumeChanges(t *testing.T) {
 			c.GRPO.LearningRate, c.GRPO.MaxSteps, c.Rollout.CallTimeout = 1, 500, 1
 			c.Envs[0].Secrets["API_KEY"] = "sk-rotated"
 			c.Logging.TensorBoard = true
+			c.Envs[0].ToolLatency = 300 * time.Millisecond
 		}, nil},
+		{"off-policy steps", func(c *Config) { c.Async.MaxOffPolicySteps = 1 }, []Change{{"async.max_off_policy_steps", "0", "1"}}},
 		{"group size", func(c *Config) { c.GRPO.NumGenerations = 8 }, []Change{{"grpo.num_generations", "4", "8"}}},
 		{"batch knobs", func(c *Config) {
 			c.GRPO.PerDeviceTrainBatchSize, c.GRPO.GradientAccumulationSteps, c.GRPO.StepsPerGeneration = 16, 1, 4

@@ -103,6 +103,10 @@ func (c *Config) validateEnvs() error {
 			return bad(f("weight"), e.Weight, "a positive finite number")
 		case e.Protocol != "" && e.Protocol != "ors" && e.Protocol != "openenv" && e.Protocol != "auto":
 			return bad(f("protocol"), e.Protocol, "ors, openenv or auto (empty: a builtin's own protocol, else ors)")
+		case e.ToolLatency < 0:
+			return bad(f("tool_latency"), e.ToolLatency, "0 (none) or a positive duration such as 300ms")
+		case e.ToolLatency > 0 && !strings.HasPrefix(e.Target, "builtin:"):
+			return bad(f("tool_latency"), e.ToolLatency, "0 unless the target is builtin:NAME (only the built-in envs can be slowed down)")
 		case e.Tasks != "" && e.Protocol == "ors":
 			return bad(f("tasks"), e.Tasks, "a tasks file only for OpenEnv envs (ORS envs list their own tasks); set protocol: openenv")
 		}
@@ -127,6 +131,12 @@ func (c *Config) validateEnvs() error {
 }
 
 func (c *Config) validateRuntime() error {
+	if n := c.Async.MaxOffPolicySteps; n < 0 {
+		return bad("async.max_off_policy_steps", n, "0 (synchronous) or a positive number of optimizer steps")
+	}
+	if n := c.Async.SamplerThreads; n < 0 {
+		return bad("async.sampler_threads", n, "0 (worker.threads) or a positive thread count")
+	}
 	if c.Engine.Kind == "vllm" && c.GRPO.LoRA.Enabled && len(c.GRPO.LoRA.ModulesToSave) > 0 {
 		return bad("grpo.lora.modules_to_save", c.GRPO.LoRA.ModulesToSave,
 			"empty with engine.kind vllm: vLLM loads LoRA adapters without full modules (use engine.kind builtin, or turn LoRA off to sync full weights)")

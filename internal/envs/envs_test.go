@@ -168,3 +168,68 @@ func TestServeLocalUnknown(t *testing.T) {
 	_, _, _, err := envs.ServeLocal(context.Background(), "nope", orsserver.Options{})
 	require.ErrorContains(t, err, "available: echo, guess, letters, mcp-echo")
 }
+
+// TestToolLatency: with ServeOptions.ToolLatency every tool call, shared
+// (letters' submit) and task-scoped (echo's hint), waits that long and then
+// answers as before; a call whose context ends first returns at once.
+func TestToolLatency(t *testing.T) {
+	const latency = 150 * time.Millisecond
+	tests := []struct {
+		key, tool, input string
+		check            func(t *testing.T, out *ors.ToolOutput)
+	}{
+		{"letters", "submit", `{"answer":"aaab"}`, func(t *testing.T, out *ors.ToolOutput) {
+			require.NotNil(t, out.Reward)
+			assert.Equal(t, 0.75, *out.Reward)
+			assert.True(t, out.Finished)
+		}},
+		{"echo", "hint", `{}`, func(t *testing.T, out *ors.ToolOutput) {
+			require.NotEmpty(t, out.Blocks)
+			assert.NotEmpty(t, out.Blocks[0].Text)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"/"+tt.tool, func(t *testing.T) {
+			ctx := context.Background()
+			served, err := envs.ServeLocalProtocol(ctx, tt.key, envs.ProtocolORS, envs.ServeOptions{ToolLatency: latency})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, served.Stop(context.Background())) })
+			c, err := ors.NewClient(served.URL, ors.Options{RequestAttempts: 1})
+			require.NoError(t, err)
+			t.Cleanup(c.CloseIdleConnections)
+			s, err := c.OpenSession(ctx, ors.SessionSpec{Split: "train", Index: 0})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			_, err = s.Prompt(ctx)
+			require.NoError(t, err)
+
+			start := time.Now()
+			out, err := s.CallTool(ctx, tt.tool, json.RawMessage(tt.input))
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, time.Since(start), latency)
+			tt.check(t, out)
+		})
+	}
+}
+
+// TestToolLatencyEndsWithContext: a call waiting out its latency stops when
+// the client gives up, so the server shuts down at once.
+func TestToolLatencyEndsWithContext(t *testing.T) {
+	ctx := context.Background()
+	served, err := envs.ServeLocalProtocol(ctx, "letters", "", envs.ServeOptions{ToolLatency: time.Hour})
+	require.NoError(t, err)
+	c, err := ors.NewClient(served.URL, ors.Options{RequestAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(c.CloseIdleConnections)
+	s, err := c.OpenSession(ctx, ors.SessionSpec{Split: "train", Index: 0})
+	require.NoError(t, err)
+	_, err = s.Prompt(ctx)
+	require.NoError(t, err)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = s.CallTool(cctx, "submit", json.RawMessage(`{"answer":"a"}`))
+	require.Error(t, err)
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	require.NoError(t, served.Stop(sctx), "no handler is left sleeping")
+}

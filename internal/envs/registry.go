@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
@@ -153,6 +154,10 @@ func Listen(ctx context.Context, key, addr string, opts orsserver.Options) (url 
 	if err != nil {
 		return "", nil, nil, err
 	}
+	return listenORS(ctx, env, addr, opts)
+}
+
+func listenORS(ctx context.Context, env *orsserver.Env, addr string, opts orsserver.Options) (url string, srv *orsserver.Server, stop func(context.Context) error, err error) {
 	srv, err = orsserver.New(opts, env)
 	if err != nil {
 		return "", nil, nil, err
@@ -174,6 +179,9 @@ func ServeLocal(ctx context.Context, key string, opts orsserver.Options) (url st
 type ServeOptions struct {
 	ORS     orsserver.Options
 	OpenEnv openenvserver.Options
+	// ToolLatency makes every tool call (an OpenEnv-native env: every
+	// step) sleep this long first, bounded by the call's context; 0: none.
+	ToolLatency time.Duration
 }
 
 // Served is a running built-in server. Exactly one of ORS and OpenEnv is
@@ -200,15 +208,20 @@ func ListenProtocol(ctx context.Context, key string, protocol Protocol, addr str
 	}
 	switch protocol {
 	case ProtocolORS:
-		url, srv, stop, err := Listen(ctx, key, addr, opts.ORS)
+		if b.ors == nil {
+			return nil, &ProtocolError{Key: key, Protocol: ProtocolORS}
+		}
+		url, srv, stop, err := listenORS(ctx, withToolLatency(b.ors(), opts.ToolLatency), addr, opts.ORS)
 		if err != nil {
 			return nil, err
 		}
 		return &Served{URL: url, Protocol: ProtocolORS, ORS: srv, Stop: stop}, nil
 	case ProtocolOpenEnv:
-		env, err := NewOpenEnv(key)
-		if err != nil {
-			return nil, err
+		var env *openenvserver.Env
+		if b.openenv != nil {
+			env = withOpenEnvLatency(b.openenv(), opts.ToolLatency)
+		} else {
+			env = openenvserver.FromORS(withToolLatency(b.ors(), opts.ToolLatency))
 		}
 		srv, err := openenvserver.New(opts.OpenEnv, env)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -154,6 +155,9 @@ type Options struct {
 	Protocol string
 	// OpenEnv shapes an OpenEnv target's tasks and turns.
 	OpenEnv OpenEnvOptions
+	// ToolLatency slows every tool call of a builtin:NAME target (also
+	// builtin:NAME?tool_latency=300ms); other targets refuse it.
+	ToolLatency time.Duration
 }
 
 // Resolve connects to target. A builtin:NAME target is served on loopback
@@ -170,6 +174,9 @@ func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
 	case "", string(ORS), string(OpenEnv), "auto":
 	default:
 		return nil, &TargetError{Target: target, Reason: fmt.Sprintf("protocol %q is not ors, openenv or auto", opts.Protocol)}
+	}
+	if opts.ToolLatency != 0 && KindOf(target) != KindBuiltin {
+		return nil, &TargetError{Target: target, Reason: "a tool latency slows built-in envs only"}
 	}
 	switch KindOf(target) {
 	case KindBuiltin:

@@ -267,3 +267,58 @@ func TestNumTasksUnknownSplitIsTyped(t *testing.T) {
 		})
 	}
 }
+
+// TestBuiltinToolLatency: builtin:NAME?tool_latency=D (or Options.ToolLatency)
+// slows every tool call of the served env, over either protocol.
+func TestBuiltinToolLatency(t *testing.T) {
+	const latency = 120 * time.Millisecond
+	tests := []struct {
+		name, target, protocol, tool, input string
+		configured                          time.Duration
+	}{
+		{"query, ors", "builtin:letters?tool_latency=120ms", "", "submit", `{"answer":"a"}`, 0},
+		{"query, openenv", "builtin:letters?tool_latency=120ms", "openenv", "submit", `{"answer":"a"}`, 0},
+		{"config, ors", "builtin:letters", "", "submit", `{"answer":"a"}`, latency},
+		{"config, openenv-native", "builtin:mcp-echo", "", "echo_message", `{"message":"hi"}`, latency},
+		{"both, equal", "builtin:letters?tool_latency=120ms", "", "submit", `{"answer":"a"}`, latency},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			e, err := envtarget.Resolve(ctx, tt.target, envtarget.Options{Logger: zerolog.Nop(), Protocol: tt.protocol, ToolLatency: tt.configured})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+			s, err := e.OpenSession(ctx, envtarget.TaskRef{Split: "train", Index: 0})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			start := time.Now()
+			out, err := s.CallTool(ctx, tt.tool, json.RawMessage(tt.input))
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, time.Since(start), latency)
+			assert.NotEmpty(t, out.Text)
+		})
+	}
+}
+
+func TestBuiltinToolLatencyErrors(t *testing.T) {
+	url, _ := serveEcho(t)
+	tests := []struct {
+		name, target string
+		configured   time.Duration
+		want         string
+	}{
+		{"not a duration", "builtin:letters?tool_latency=soon", 0, `tool_latency "soon" is not a duration`},
+		{"negative", "builtin:letters?tool_latency=-1s", 0, "is not a duration >= 0"},
+		{"unknown parameter", "builtin:letters?latency=1s", 0, `unknown parameter "latency"`},
+		{"set twice", "builtin:letters?tool_latency=1s", 2 * time.Second, "set it once"},
+		{"not a builtin", url, time.Second, "built-in envs only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := envtarget.Resolve(context.Background(), tt.target, envtarget.Options{Logger: zerolog.Nop(), ToolLatency: tt.configured})
+			var te *envtarget.TargetError
+			require.ErrorAs(t, err, &te)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -31,7 +32,10 @@ type orsEnv struct {
 // resolveBuiltin serves builtin:NAME on loopback over the requested
 // protocol (its own by default) and connects to it.
 func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, error) {
-	name := strings.TrimPrefix(target, BuiltinPrefix)
+	name, latency, err := parseBuiltin(target, opts.ToolLatency)
+	if err != nil {
+		return nil, err
+	}
 	native, err := envs.ProtocolOf(name)
 	if err != nil {
 		return nil, &TargetError{Target: target, Reason: "no such built-in env", Err: err}
@@ -48,7 +52,7 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	log := opts.Logger.With().Str("env", name).Logger()
 	// The server outlives ctx (it bounds only resolution): Close stops it.
 	srv, err := envs.ServeLocalProtocol(context.WithoutCancel(ctx), name, proto, envs.ServeOptions{
-		ORS: orsserver.Options{Logger: log}, OpenEnv: openenvserver.Options{Logger: log},
+		ORS: orsserver.Options{Logger: log}, OpenEnv: openenvserver.Options{Logger: log}, ToolLatency: latency,
 	})
 	if err != nil {
 		var pe *envs.ProtocolError
@@ -74,6 +78,34 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 	oe := e.(*orsEnv)
 	oe.server, oe.stopServer = srv.ORS, srv.Stop
 	return oe, nil
+}
+
+// parseBuiltin splits builtin:NAME[?tool_latency=DURATION] into the env's
+// name and its tool latency (the query's, else configured).
+func parseBuiltin(target string, configured time.Duration) (string, time.Duration, error) {
+	name, query, hasQuery := strings.Cut(strings.TrimPrefix(target, BuiltinPrefix), "?")
+	if !hasQuery {
+		return name, configured, nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", 0, &TargetError{Target: target, Reason: "bad query", Err: err}
+	}
+	latency := configured
+	for k, v := range q {
+		if k != "tool_latency" {
+			return "", 0, &TargetError{Target: target, Reason: fmt.Sprintf("unknown parameter %q (builtin targets take tool_latency)", k)}
+		}
+		d, err := time.ParseDuration(v[len(v)-1])
+		switch {
+		case err != nil || d < 0:
+			return "", 0, &TargetError{Target: target, Reason: fmt.Sprintf("tool_latency %q is not a duration >= 0 such as 300ms", v[len(v)-1])}
+		case configured > 0 && d != configured:
+			return "", 0, &TargetError{Target: target, Reason: fmt.Sprintf("tool_latency %s in the target and %s in the config; set it once", d, configured)}
+		}
+		latency = d
+	}
+	return name, latency, nil
 }
 
 // orsTasksOverOpenEnv gives a built-in ORS env served over OpenEnv its own

@@ -16,11 +16,18 @@ import (
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
-// startEngine builds the generation backend: the builtin worker (batched),
-// or vLLM replicas launched on engine.vllm_gpus (or reached at
+// startEngine builds the generation backend: the builtin worker (batched;
+// an async run samples with a copy of the policy, samplercopy.go), or vLLM replicas launched on engine.vllm_gpus (or reached at
 // engine.vllm_urls) that receive the policy's weights after every step.
 func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
 	log := ro.Logger.With().Str("component", "engine").Logger()
+	if cfg.Engine.Kind != "vllm" && cfg.Async.MaxOffPolicySteps > 0 {
+		s, err := newSamplerCopy(ctx, cfg, modelDir, policy, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	if cfg.Engine.Kind != "vllm" {
 		return newBuiltinEngine(ctx, cfg, policy, log)
 	}

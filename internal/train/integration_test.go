@@ -194,6 +194,36 @@ func TestQuickstartLearns(t *testing.T) {
 	assert.GreaterOrEqual(t, last, 0.5)
 }
 
+// TestQuickstartAsyncLearns is the learning test with rollouts one step
+// ahead of training (async.max_off_policy_steps 1): each round is sampled
+// by the policy's copy with the previous step's weights and reweighted by
+// the sampler's log-probs, and the mean reward must still rise from near
+// zero to at least 0.5.
+func TestQuickstartAsyncLearns(t *testing.T) {
+	requireWorker(t)
+	if testing.Short() {
+		t.Skip("learning test takes about a minute")
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 100)
+	cfg.Async.MaxOffPolicySteps = 1
+	cfg.GRPO.SaveSteps = 0
+	cfg.Logging.LogCompletions = false
+	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: os.Getenv})
+	require.NoError(t, err)
+	metrics := readMetrics(t, out)
+	require.Len(t, metrics, 100)
+	for i, m := range metrics {
+		assert.Equal(t, float64(min(i, 1)), m["async/staleness_max"], "step %d: one step off-policy after the first", i+1)
+		assert.Zero(t, m["async/dropped_samples"], "step %d", i+1)
+		assert.Contains(t, m, "sampling/importance_sampling_ratio/mean", "step %d", i+1)
+	}
+	first, last := meanOf(metrics[:5], "reward"), meanOf(metrics[90:], "reward")
+	t.Logf("async N=1: mean reward first 5 steps %.3f, last 10 steps %.3f; mean step %.2fs", first, last, meanOf(metrics, "step_time"))
+	assert.LessOrEqual(t, first, 0.1)
+	assert.GreaterOrEqual(t, last, 0.5)
+}
+
 // TestQuickstartVLLMEngineLearnsLikeBuiltin runs the quickstart twice: with
 // the builtin engine, and with engine vllm where the supervisor launches two
 // `ortrain serve-engine` replicas and the trainer pushes its weights to them

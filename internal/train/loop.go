@@ -2,9 +2,11 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,12 +51,18 @@ type stepLoopConfig struct {
 	Scale           grpo.ScaleRewards
 	Aggregation     grpo.RewardAggregation
 	MaskTruncated   bool
-	UseSamplerLogps bool // pass sampler log-probs for IS correction (vLLM)
-	MaxSteps        int
-	Schedule        func(step int) float64
-	SaveSteps       int
-	LoggingSteps    int
-	MaxFailureFrac  float64
+	UseSamplerLogps bool // pass sampler log-probs for IS correction (vLLM, async)
+	// MaxOffPolicySteps is async.max_off_policy_steps: 0 runs the
+	// synchronous loop; N >= 1 generates rounds ahead (loop_async.go).
+	MaxOffPolicySteps int
+	// RescoreSamplerLogps: the engine's sampler scores each round again in
+	// one deterministic pass (loop_async.go).
+	RescoreSamplerLogps bool
+	MaxSteps            int
+	Schedule            func(step int) float64
+	SaveSteps           int
+	LoggingSteps        int
+	MaxFailureFrac      float64
 	// Deadlines of the worker's phases: one micro-batch's forward and
 	// backward, one log-prob pass, one optimizer step (0: none).
 	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
@@ -106,9 +114,16 @@ type stepLoop struct {
 	// rollouts that were not trained on.
 	pending []func()
 
+	// Async runs only: the rounds generated or being generated ahead of
+	// training, in order; the goroutine generating (nil when idle); the
+	// staleness of the round in use.
+	queue          []*roundSlot
+	inflight       *generation
+	roundStaleness *staleness
+
 	// Hooks for the CLI: metrics sink, trajectory sink, progress.
 	OnMetrics     func(StepMetrics)
-	OnTrajectory  func(step int, t *rollout.Trajectory, reward, advantage float64)
+	OnTrajectory  func(step int, record []byte) // one trajectories.jsonl line (JSON, no newline)
 	OnRolloutDone func(*rollout.Trajectory)
 	Checkpoint    func(ctx context.Context, step int) error
 }
@@ -137,6 +152,8 @@ type State struct {
 	MicroStep int          `json:"micro_step"`
 	NumTokens int          `json:"num_tokens"`
 	Sampler   samplerState `json:"sampler"`
+	// RoundStaleness is the staleness of the round in use (async runs).
+	RoundStaleness *staleness `json:"round_staleness,omitempty"`
 }
 
 // snapshot is the loop at an optimizer-step boundary.
@@ -145,6 +162,8 @@ type snapshot struct {
 	// round is the generation round later steps still train on (nil when
 	// the last step consumed it).
 	round []grpo.MicroBatch
+	// ahead are the rounds generated for later steps (async runs).
+	ahead []*genRound
 }
 
 // State returns the state of the last completed step.
@@ -154,14 +173,22 @@ func (l *stepLoop) State() State { return l.done.state }
 // new one; a checkpoint saves it so resume trains on the same samples.
 func (l *stepLoop) PendingRound() []grpo.MicroBatch { return l.done.round }
 
+// AheadRounds are the rounds generated for later steps (async runs); a
+// checkpoint saves them so resume trains on the same samples.
+func (l *stepLoop) AheadRounds() []*genRound { return l.done.ahead }
+
 // commit marks the current position as the last completed step.
 func (l *stepLoop) commit() {
 	st := State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
 	var round []grpo.MicroBatch
 	if l.round != nil && l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) != 0 {
 		round = l.round
+		if l.roundStaleness != nil {
+			rs := *l.roundStaleness
+			st.RoundStaleness = &rs
+		}
 	}
-	l.done = snapshot{state: st, round: round}
+	l.done = snapshot{state: st, round: round, ahead: l.aheadRounds()}
 	for _, write := range l.pending {
 		write()
 	}
@@ -178,20 +205,39 @@ func (l *stepLoop) rollback() error {
 	}
 	l.step, l.microStep, l.numTokens, l.round = st.Step, st.MicroStep, st.NumTokens, l.done.round
 	l.pending = nil
+	if l.async() {
+		l.stopGeneration()
+		l.restoreAhead(st, l.done.ahead)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return l.policy.DiscardGradients(ctx)
 }
 
-// Restore resumes from a checkpoint's state and the round it saved.
-func (l *stepLoop) Restore(st State, round []grpo.MicroBatch) error {
+// Restore resumes from a checkpoint's state, the round it saved and (async
+// runs) the rounds it generated ahead.
+func (l *stepLoop) Restore(st State, round []grpo.MicroBatch, ahead []*genRound) error {
 	if err := l.sampler.Restore(st.Sampler); err != nil {
 		return err
 	}
 	l.step, l.microStep, l.numTokens = st.Step, st.MicroStep, st.NumTokens
 	l.round = round
-	l.done = snapshot{state: st, round: round}
+	l.done = snapshot{state: st, round: round, ahead: ahead}
+	l.restoreAhead(st, ahead)
 	return nil
+}
+
+// restoreAhead sets the async queue to the saved rounds.
+func (l *stepLoop) restoreAhead(st State, ahead []*genRound) {
+	l.queue = nil
+	for _, gr := range ahead {
+		l.queue = append(l.queue, doneSlot(gr))
+	}
+	l.roundStaleness = nil
+	if st.RoundStaleness != nil {
+		rs := *st.RoundStaleness
+		l.roundStaleness = &rs
+	}
 }
 
 // OptimizerError is a failed optimizer step: the weights may be partly
@@ -210,6 +256,14 @@ var ErrTooManyFailures = errors.New("too many failed rollouts")
 // Run trains until MaxSteps or ctx is cancelled. On cancellation it returns
 // ctx's error after the last completed step; the caller checkpoints.
 func (l *stepLoop) Run(ctx context.Context) error {
+	if l.async() {
+		// Rounds still generating when the run ends are dropped; their
+		// rollouts close their sessions before Run returns.
+		defer l.stopGeneration()
+		if err := l.startAsync(ctx); err != nil {
+			return err
+		}
+	}
 	for l.step < l.cfg.MaxSteps {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -245,11 +299,24 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		}
 	}()
 	start := time.Now()
-	m := StepMetrics{Extra: map[string]float64{}}
+	m := StepMetrics{Extra: map[string]float64{}, Async: l.async()}
+	if l.async() && l.inflight == nil {
+		// The rounds of the sampler's version: at the start of a run, and
+		// after a failed step cancelled them.
+		l.launchRounds(ctx)
+	}
+	if l.async() && l.roundStaleness != nil && l.round != nil && l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) != 0 {
+		// A round used since an earlier step: its samples, nothing dropped now.
+		m.Staleness = staleness{Sum: l.roundStaleness.Sum, Count: l.roundStaleness.Count, Max: l.roundStaleness.Max}
+	}
 	var stats []worker.LossStats
 	for range l.cfg.Shape.GA {
 		if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
-			if err := l.generateRound(ctx, &m); err != nil {
+			next := l.generateRound
+			if l.async() {
+				next = l.nextAsyncRound
+			}
+			if err := next(ctx, &m); err != nil {
 				return m, err
 			}
 		}
@@ -266,6 +333,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		}
 		stats = append(stats, st)
 		l.microStep++
+	}
+	if l.async() {
+		if err := l.awaitGeneration(ctx, &m); err != nil {
+			return m, err
+		}
 	}
 	lr := l.cfg.Schedule(l.step)
 	t0 := time.Now()
@@ -289,12 +361,25 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	l.step++
 	l.commit()
 	t0 = time.Now()
-	if err := l.gen.SyncWeights(ctx, l.step); err != nil {
+	syncCtx := ctx
+	if l.async() {
+		// The step is complete: an interrupt must not leave it unlogged
+		// nor the sampler on older weights than the checkpoint's rounds
+		// assume (the copy takes a fraction of the step).
+		syncCtx = context.WithoutCancel(ctx)
+	}
+	if err := l.gen.SyncWeights(syncCtx, l.step); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)
+	if l.async() {
+		// The sampler holds this step's weights: the rounds of this
+		// version start, beside the next step's training.
+		l.launchRounds(ctx)
+	}
 	m.Step, m.LearningRate, m.GradNorm, m.NumTokens = l.step, lr, gn, l.numTokens
-	m.Epoch = l.sampler.Epoch()
+	// The epoch of the rounds trained on (an async run has drawn further).
+	m.Epoch = l.done.state.Sampler.Epochs[0]
 	m.reduceLoss(stats, l.cfg.Loss)
 	m.StepTime = time.Since(start)
 	return m, nil
@@ -313,35 +398,81 @@ func withDeadline(ctx context.Context, d time.Duration, f func(context.Context) 
 
 // generateRound runs K*G rollouts, scores them, and prepares S micro-batches.
 func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
-	refs := l.sampler.Next()
-	tasks := make([]rollout.Task, len(refs))
-	round := int64(l.sampler.State().Round)
-	for i, r := range refs {
-		tasks[i] = rollout.Task{
-			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
-			// Every rollout of every round samples with its own seed.
-			Seed: seeds(l.cfg.Seed).rollout(round, i),
-		}
-	}
-	t0 := time.Now()
-	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
-	m.RolloutTime += time.Since(t0)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	scores, err := scoreRollouts(ctx, l.cfg.Rewards, trajs, l.cfg.EnvNames)
+	job := roundJob{Refs: l.sampler.Next(), Version: l.step, FirstStep: l.step + 1}
+	job.Round = int64(l.sampler.State().Round)
+	gr, err := l.produceRound(ctx, job)
 	if err != nil {
 		return err
 	}
-	for k, v := range l.cfg.Rewards.Metrics(scores) {
-		m.Extra[k] = v
+	return l.useRound(ctx, gr, m)
+}
+
+// roundJob is one round to generate: its tasks, its number (seeds derive
+// from it), the policy version of the weights that generate it, and the
+// step that first trains on it (its trajectories are logged under it).
+type roundJob struct {
+	Refs      []sampledTask
+	Round     int64
+	Version   int
+	FirstStep int
+}
+
+// genRound is a generated round before the trainer uses it: rows with
+// advantages but no old or reference log-probs yet, what the step's
+// metrics take from it, and its trajectories as JSONL records. Async runs
+// checkpoint the rounds generated ahead of training in this form.
+type genRound struct {
+	Round   int64
+	Version int
+	// Versions is, per row, the oldest policy version used across the
+	// rollout's turns (rounds are generated with one version each).
+	Versions []int
+	Rows     []grpo.Row
+	Stats    roundStats
+	Records  [][]byte
+}
+
+// roundStats are a round's contributions to its step's metrics.
+type roundStats struct {
+	RolloutTime        time.Duration
+	Rewards            map[string]float64
+	Outcomes           map[string]int
+	FormatErrors       int
+	EnvBusy, GenBusy   time.Duration
+	EnvSpans, GenSpans []rollout.Span
+	Round              grpo.RoundMetrics
+}
+
+// produceRound runs a round's rollouts and turns them into rows. It touches
+// no state the trainer owns (step, sampler, pending round), so async runs
+// call it beside a training step.
+func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, error) {
+	tasks := make([]rollout.Task, len(job.Refs))
+	for i, r := range job.Refs {
+		tasks[i] = rollout.Task{
+			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
+			// Every rollout of every round samples with its own seed.
+			Seed: seeds(l.cfg.Seed).rollout(job.Round, i),
+		}
 	}
-	samples, failures := l.toSamples(trajs, scores, m)
+	gr := &genRound{Round: job.Round, Version: job.Version}
+	t0 := time.Now()
+	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
+	gr.Stats.RolloutTime = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	scores, err := scoreRollouts(ctx, l.cfg.Rewards, trajs, l.cfg.EnvNames)
+	if err != nil {
+		return nil, err
+	}
+	gr.Stats.Rewards = l.cfg.Rewards.Metrics(scores)
+	samples, failures := l.toSamples(trajs, scores, &gr.Stats)
 	if err := l.checkToolFailures(trajs); err != nil {
-		return err
+		return nil, err
 	}
 	if frac := float64(failures) / float64(len(trajs)); frac > l.cfg.MaxFailureFrac {
-		return fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
+		return nil, fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
 			ErrTooManyFailures, failures, len(trajs), firstFailure(trajs), l.cfg.MaxFailureFrac)
 	}
 	rewards := make([]float64, len(samples))
@@ -350,29 +481,61 @@ func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
 	}
 	adv, err := grpo.GroupAdvantages(rewards, l.cfg.Shape.G, l.cfg.Scale)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	rows, err := grpo.BuildRows(samples, adv, l.cfg.MaskTruncated)
-	if err != nil {
-		return err
+	if gr.Rows, err = grpo.BuildRows(samples, adv, l.cfg.MaskTruncated); err != nil {
+		return nil, err
+	}
+	if err := l.rescoreSamplerLogprobs(ctx, gr); err != nil {
+		return nil, err
+	}
+	gr.Versions = make([]int, len(gr.Rows))
+	for i := range gr.Versions {
+		gr.Versions[i] = job.Version
+	}
+	gr.Stats.Round = grpo.ComputeRoundMetrics(samples, adv)
+	if l.OnTrajectory != nil {
+		for i, t := range trajs {
+			rec := newTrajectoryRecord(job.FirstStep, t, rewards[i], adv.A[i])
+			if l.async() {
+				rec.PolicyVersion = &gr.Versions[i]
+			}
+			b, err := json.Marshal(rec)
+			if err != nil {
+				return nil, fmt.Errorf("encode trajectory: %w", err)
+			}
+			gr.Records = append(gr.Records, b)
+		}
+	}
+	return gr, nil
+}
+
+// useRound makes gr the round the next micro-steps train on: over-stale
+// groups dropped (async), old and reference log-probs, the shuffled
+// micro-batches, its metrics, and its trajectories queued for the log.
+func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) error {
+	// The step fills in the rows' log-probs on a copy: a failed step's
+	// rollback (and its checkpoint) keeps gr as it was generated.
+	rows := slices.Clone(gr.Rows)
+	if l.async() {
+		st := dropStale(rows, gr.Versions, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)
+		m.Staleness = m.Staleness.add(st)
+		l.roundStaleness = &st
 	}
 	if err := l.addReferenceLogprobs(ctx, rows, m); err != nil {
 		return err
 	}
-	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, seeds(l.cfg.Seed).roundShuffle(round))
+	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, seeds(l.cfg.Seed).roundShuffle(gr.Round))
 	if err != nil {
 		return err
 	}
 	l.round = mbs
-	rm := grpo.ComputeRoundMetrics(samples, adv)
-	l.numTokens += rm.PromptTokens + rm.SampledTokens
-	m.Round = rm
-	m.Rounds++
+	l.numTokens += gr.Stats.Round.PromptTokens + gr.Stats.Round.SampledTokens
+	m.addRound(gr.Stats)
 	if l.OnTrajectory != nil {
 		step := l.step + 1
-		for i, t := range trajs {
-			reward, a := rewards[i], adv.A[i]
-			l.pending = append(l.pending, func() { l.OnTrajectory(step, t, reward, a) })
+		for _, rec := range gr.Records {
+			l.pending = append(l.pending, func() { l.OnTrajectory(step, rec) })
 		}
 	}
 	return nil
@@ -423,7 +586,7 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 
 // toSamples turns trajectories into grpo samples: rewards aggregated per
 // rollout, failed rollouts unscorable (NaN).
-func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores, m *StepMetrics) ([]grpo.Sample, int) {
+func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores, m *roundStats) ([]grpo.Sample, int) {
 	samples := make([]grpo.Sample, len(trajs))
 	failures := 0
 	m.Outcomes = map[string]int{}

@@ -225,7 +225,7 @@ func TestFailedStepRollsBackToTheStepBoundary(t *testing.T) {
 	ro := &taskRecorder{inner: &roundRollouts{}}
 	loop := newStepLoop(cfg, s, ro, p, &noSync{}, zerolog.Nop())
 	var logged []int
-	loop.OnTrajectory = func(step int, _ *rollout.Trajectory, _, _ float64) { logged = append(logged, step) }
+	loop.OnTrajectory = func(step int, _ []byte) { logged = append(logged, step) }
 
 	for range 2 {
 		_, err := loop.TrainStep(context.Background())

@@ -42,23 +42,46 @@ type StepMetrics struct {
 	EnvBusy, GenBusy                                             time.Duration
 	Extra                                                        map[string]float64
 
+	// Async runs: WaitTime is how long the trainer waited for generation;
+	// Staleness covers the samples of the step's rounds.
+	Async     bool
+	WaitTime  time.Duration
+	Staleness staleness
+
 	// The step's phase intervals, kept so that a second round in the same
 	// step extends the union instead of adding to it.
 	envSpans, genSpans []rollout.Span
 }
 
 // addPhaseTimes adds the trajectories' env and generation calls to the
-// step's busy times and recomputes the wall times as the union of all
-// intervals seen in this step.
-func (m *StepMetrics) addPhaseTimes(trajs []*rollout.Trajectory) {
+// round's busy times and intervals.
+func (s *roundStats) addPhaseTimes(trajs []*rollout.Trajectory) {
 	for _, t := range trajs {
-		m.EnvBusy += t.EnvTime
-		m.GenBusy += t.GenTime
-		m.envSpans = append(m.envSpans, t.EnvSpans...)
-		m.genSpans = append(m.genSpans, t.GenSpans...)
+		s.EnvBusy += t.EnvTime
+		s.GenBusy += t.GenTime
+		s.EnvSpans = append(s.EnvSpans, t.EnvSpans...)
+		s.GenSpans = append(s.GenSpans, t.GenSpans...)
 	}
+}
+
+// addRound adds a round's generation metrics to the step: times, outcomes
+// (the step's last round's), reward-function and round metrics. The phase
+// wall times are the union of all intervals seen in this step.
+func (m *StepMetrics) addRound(s roundStats) {
+	m.RolloutTime += s.RolloutTime
+	for k, v := range s.Rewards {
+		m.Extra[k] = v
+	}
+	m.Outcomes = s.Outcomes
+	m.FormatErrors += s.FormatErrors
+	m.EnvBusy += s.EnvBusy
+	m.GenBusy += s.GenBusy
+	m.envSpans = append(m.envSpans, s.EnvSpans...)
+	m.genSpans = append(m.genSpans, s.GenSpans...)
 	m.EnvTime = unionDuration(m.envSpans)
 	m.GenTime = unionDuration(m.genSpans)
+	m.Round = s.Round
+	m.Rounds++
 }
 
 // reduceLoss combines the micro-batch sums into the step's loss metrics:
@@ -147,6 +170,12 @@ func (m StepMetrics) Map() map[string]float64 {
 		for k, v := range m.Outcomes {
 			out["rollouts/"+k] = float64(v)
 		}
+	}
+	if m.Async {
+		out["time/wait"] = m.WaitTime.Seconds()
+		out["async/staleness_mean"] = ratio(float64(m.Staleness.Sum), float64(m.Staleness.Count))
+		out["async/staleness_max"] = float64(m.Staleness.Max)
+		out["async/dropped_samples"] = float64(m.Staleness.Dropped)
 	}
 	for k, v := range m.Extra {
 		out[k] = v

@@ -55,16 +55,20 @@ func TestStepMetricsPhaseTimes(t *testing.T) {
 		}
 		return tr
 	}
-	var m StepMetrics
-	m.Rounds = 1
-	m.Outcomes = map[string]int{"done": 2}
+	m := StepMetrics{Extra: map[string]float64{}}
 	// Two rollouts in parallel: generate 0–2 and 1–3, env 2–2.5 and 3–4.
-	m.addPhaseTimes([]*rollout.Trajectory{
+	var first roundStats
+	first.addPhaseTimes([]*rollout.Trajectory{
 		traj([][2]float64{{0, 2}}, [][2]float64{{2, 2.5}}),
 		traj([][2]float64{{1, 3}}, [][2]float64{{3, 4}}),
 	})
+	first.Outcomes = map[string]int{"done": 2}
+	m.addRound(first)
 	// A second round in the same step, overlapping nothing of the first.
-	m.addPhaseTimes([]*rollout.Trajectory{traj([][2]float64{{10, 11}}, nil)})
+	var second roundStats
+	second.addPhaseTimes([]*rollout.Trajectory{traj([][2]float64{{10, 11}}, nil)})
+	second.Outcomes = map[string]int{"done": 2}
+	m.addRound(second)
 
 	got := m.Map()
 	assert.InDelta(t, 4.0, got["time/generation"], 1e-9)

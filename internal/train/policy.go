@@ -21,6 +21,8 @@ const (
 type workerPolicy struct {
 	m    *worker.Model
 	lora bool
+	// libPath is the worker library the model was loaded with.
+	libPath string
 }
 
 func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -205,7 +206,11 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
-	if err := loop.Restore(state, round); err != nil {
+	ahead, err := readAhead(plan.resumeDir)
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	if err := loop.Restore(state, round, ahead); err != nil {
 		return nil, fmt.Errorf("--resume from %s: %w", plan.resumeDir, err)
 	}
 	log.Info().Str("checkpoint", plan.resumeDir).Int("step", state.Step).Msg("resumed")
@@ -251,6 +256,9 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 		if err := p.writeCheckpoint(ctx, tmp); err != nil {
 			return err
 		}
+		if err := writeAhead(tmp, loop.AheadRounds()); err != nil {
+			return err
+		}
 		return writeRound(tmp, loop.PendingRound())
 	})
 }
@@ -271,8 +279,8 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 		}
 	}
 	if rd.trajectories != nil {
-		loop.OnTrajectory = func(step int, t *rollout.Trajectory, reward, adv float64) {
-			if err := rd.trajectories.Write(newTrajectoryRecord(step, t, reward, adv)); err != nil {
+		loop.OnTrajectory = func(_ int, record []byte) {
+			if err := rd.trajectories.Write(json.RawMessage(record)); err != nil {
 				ro.Logger.Error().Err(err).Msg("write trajectories.jsonl")
 			}
 		}

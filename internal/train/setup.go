@@ -238,8 +238,13 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed,
 		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,
 		MaxFailedToolSteps: cfg.Rollout.MaxFailedToolSteps,
-		// Sampler log-probs from another engine reweight the loss (TIS/MIS).
-		UseSamplerLogps: cfg.Engine.Kind == "vllm" && g.VLLMISCorrection,
+		// Sampler log-probs from another engine, or from older weights,
+		// reweight the loss (TIS/MIS).
+		UseSamplerLogps:   (cfg.Engine.Kind == "vllm" || cfg.Async.MaxOffPolicySteps > 0) && g.VLLMISCorrection,
+		MaxOffPolicySteps: cfg.Async.MaxOffPolicySteps,
+		// The async builtin copy scores its rounds again where sampling
+		// truncates nothing (see rescoreSamplerLogprobs).
+		RescoreSamplerLogps: g.TopP == 1 && g.TopK == 0 && g.MinP == 0,
 	}
 	for _, e := range envList {
 		lc.EnvNames = append(lc.EnvNames, e.Key)
@@ -247,6 +252,24 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		lc.Secrets = append(lc.Secrets, e.Config.Secrets)
 	}
 	return lc, nil
+}
+
+// modelOptions are the worker settings of the policy (and of an async
+// run's sampler copy, which keeps no reference).
+func modelOptions(cfg *config.Config, modelDir string, reference bool) worker.ModelOptions {
+	g := cfg.GRPO
+	opts := worker.ModelOptions{
+		Dir: modelDir, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
+		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
+		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
+	}
+	if opts.Threads == 0 {
+		opts.Threads = runtime.NumCPU()
+	}
+	if g.LoRA.Enabled {
+		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules, ModulesToSave: g.LoRA.ModulesToSave}
+	}
+	return opts
 }
 
 // loadPolicy opens the worker library and loads the model (from the
@@ -261,17 +284,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		return nil, nil, err
 	}
 	g := cfg.GRPO
-	opts := worker.ModelOptions{
-		Dir: modelDir, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
-		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
-		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
-	}
-	if opts.Threads == 0 {
-		opts.Threads = runtime.NumCPU()
-	}
-	if g.LoRA.Enabled {
-		opts.LoRA = &worker.LoRAOptions{Rank: g.LoRA.Rank, Alpha: g.LoRA.Alpha, Dropout: g.LoRA.Dropout, TargetModules: g.LoRA.TargetModules, ModulesToSave: g.LoRA.ModulesToSave}
-	}
+	opts := modelOptions(cfg, modelDir, reference)
 	if resumeDir != "" {
 		opts.Dir = checkpointModelDir(resumeDir, modelDir, g.LoRA.Enabled)
 	}
@@ -281,7 +294,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		lib.Close()
 		return nil, nil, err
 	}
-	p := &workerPolicy{m: m, lora: g.LoRA.Enabled}
+	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path}
 	if resumeDir != "" {
 		if err := p.restore(ctx, resumeDir); err != nil {
 			m.Close()

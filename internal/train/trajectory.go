@@ -34,6 +34,9 @@ type trajectoryRecord struct {
 	// PromptText is the rendered prompt (logging.log_prompts).
 	PromptText string `json:"prompt_text,omitempty"`
 	Retries    int    `json:"retries,omitempty"`
+	// PolicyVersion is the optimizer step of the weights that generated
+	// the rollout (async runs; the oldest one across its turns).
+	PolicyVersion *int `json:"policy_version,omitempty"`
 }
 
 // newTrajectoryRecord builds the JSONL record of t. A NaN reward (failed

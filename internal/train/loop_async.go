@@ -1,0 +1,262 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/grpo"
+)
+
+// Async runs (async.max_off_policy_steps N >= 1) generate rounds ahead of
+// training on a fixed schedule, so a run is reproducible, also across an
+// interrupt and --resume:
+//
+//   - start(r), the optimizer steps done when round r is first trained on,
+//     is floor(r*S*mu / GA); round r is generated with the weights of step
+//     max(0, start(r)-N) (its policy version), so its staleness when used
+//     is min(N, start(r)).
+//   - Rounds are generated one after another on the sampler's own weights
+//     (engine.kind builtin: a copy of the policy; vLLM: the replicas).
+//     After optimizer step u the sampler is synced to version u and the
+//     rounds of version u start; before optimizer step u+1 the trainer waits
+//     until they are done. So the sampler never changes during a round, and
+//     at every step boundary each round of an older version is complete:
+//     a checkpoint stores those rounds (ahead.gob), and a resumed run
+//     generates the rest from the checkpoint's weights, as the
+//     uninterrupted run did.
+//   - When a round is first used, a group holding a sample more than N
+//     versions older than the trainer is dropped (loss mask and advantage
+//     zeroed, counted in async/dropped_samples): the schedule never makes
+//     one, but a round saved by a run with a larger N can. The rest is
+//     reweighted by the sampler's log-probs (grpo.vllm_importance_sampling_*).
+
+// roundSlot is one round being generated ahead of training.
+type roundSlot struct {
+	done chan struct{} // closed when gr or err is set
+	gr   *genRound
+	err  error
+}
+
+// doneSlot wraps a round that is already generated (restored from a checkpoint).
+func doneSlot(gr *genRound) *roundSlot {
+	s := &roundSlot{done: make(chan struct{}), gr: gr}
+	close(s.done)
+	return s
+}
+
+// generation is the goroutine generating a batch of rounds.
+type generation struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// staleness summarises the policy-version gap of the samples a step trains on.
+type staleness struct {
+	Sum     int `json:"sum"`
+	Count   int `json:"count"`
+	Max     int `json:"max"`
+	Dropped int `json:"dropped"`
+}
+
+func (s staleness) add(o staleness) staleness {
+	return staleness{Sum: s.Sum + o.Sum, Count: s.Count + o.Count, Max: max(s.Max, o.Max), Dropped: s.Dropped + o.Dropped}
+}
+
+// dropStale masks every group (g consecutive rows) that holds a sample
+// generated more than maxOff versions before now: a group's advantages are
+// relative to each other, so a group is kept or dropped whole, by its
+// oldest sample. It returns the round's staleness and how many samples it
+// dropped.
+func dropStale(rows []grpo.Row, versions []int, g, now, maxOff int) staleness {
+	var st staleness
+	for start := 0; start+g <= len(rows); start += g {
+		oldest := now
+		for _, v := range versions[start : start+g] {
+			oldest = min(oldest, v)
+		}
+		stale := now-oldest > maxOff
+		for i := start; i < start+g; i++ {
+			age := now - versions[i]
+			st.Sum += age
+			st.Count++
+			st.Max = max(st.Max, age)
+			if stale {
+				rows[i].LossMask = make([]uint8, len(rows[i].LossMask))
+				rows[i].Advantage = 0
+				st.Dropped++
+			}
+		}
+	}
+	return st
+}
+
+func (l *stepLoop) async() bool { return l.cfg.MaxOffPolicySteps > 0 }
+
+// roundStart is start(r): the optimizer steps done when round r (0-based)
+// is first trained on.
+func (l *stepLoop) roundStart(r int) int {
+	sh := l.cfg.Shape
+	return r * sh.S * sh.Iterations / sh.GA
+}
+
+// launchRounds starts generating, in one goroutine and in order, every
+// round not yet drawn whose policy version is the current step and that a
+// step will train on. The sampler must hold the current weights and no
+// generation may be running.
+func (l *stepLoop) launchRounds(ctx context.Context) {
+	var jobs []roundJob
+	for {
+		r := l.sampler.State().Round
+		start := l.roundStart(r)
+		if start >= l.cfg.MaxSteps || start-l.cfg.MaxOffPolicySteps > l.step {
+			break
+		}
+		job := roundJob{Refs: l.sampler.Next(), Version: l.step, FirstStep: start + 1}
+		job.Round = int64(l.sampler.State().Round)
+		jobs = append(jobs, job)
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	slots := make([]*roundSlot, len(jobs))
+	for i := range slots {
+		slots[i] = &roundSlot{done: make(chan struct{})}
+	}
+	l.queue = append(l.queue, slots...)
+	gctx, cancel := context.WithCancel(ctx)
+	g := &generation{cancel: cancel, done: make(chan struct{})}
+	l.inflight = g
+	go func() {
+		defer close(g.done)
+		for i, job := range jobs {
+			slots[i].gr, slots[i].err = l.produceRound(gctx, job)
+			if slots[i].err != nil {
+				slots[i].err = fmt.Errorf("generate round %d: %w", job.Round, slots[i].err)
+				for _, s := range slots[i:] {
+					if s != slots[i] {
+						s.err = slots[i].err
+					}
+					close(s.done)
+				}
+				return
+			}
+			close(slots[i].done)
+		}
+	}()
+}
+
+// nextAsyncRound makes the oldest generated round the current one,
+// waiting for it if it is still being generated.
+func (l *stepLoop) nextAsyncRound(ctx context.Context, m *StepMetrics) error {
+	if len(l.queue) == 0 {
+		return fmt.Errorf("step %d: no round is generated or scheduled (max_steps %d)", l.step+1, l.cfg.MaxSteps)
+	}
+	slot := l.queue[0]
+	t0 := time.Now()
+	select {
+	case <-slot.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.WaitTime += time.Since(t0)
+	if slot.err != nil {
+		return slot.err
+	}
+	l.queue = l.queue[1:]
+	return l.useRound(ctx, slot.gr, m)
+}
+
+// awaitGeneration waits until the rounds being generated are done, before
+// the optimizer changes the weights they must be generated ahead of.
+func (l *stepLoop) awaitGeneration(ctx context.Context, m *StepMetrics) error {
+	if l.inflight == nil {
+		return nil
+	}
+	t0 := time.Now()
+	select {
+	case <-l.inflight.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.WaitTime += time.Since(t0)
+	l.inflight = nil
+	for _, s := range l.queue {
+		if s.err != nil {
+			return s.err
+		}
+	}
+	return nil
+}
+
+// stopGeneration cancels the rounds being generated and waits for their
+// rollouts to close their sessions.
+func (l *stepLoop) stopGeneration() {
+	if l.inflight == nil {
+		return
+	}
+	l.inflight.cancel()
+	<-l.inflight.done
+	l.inflight = nil
+}
+
+// aheadRounds are the generated rounds no step has used yet; at a step
+// boundary every one of them is complete.
+func (l *stepLoop) aheadRounds() []*genRound {
+	var out []*genRound
+	for _, s := range l.queue {
+		select {
+		case <-s.done:
+			if s.err == nil {
+				out = append(out, s.gr)
+			}
+		default:
+		}
+	}
+	return out
+}
+
+// startAsync prepares an async run's first step: the sampler gets the
+// trainer's weights (a resumed run's replicas hold the base model).
+func (l *stepLoop) startAsync(ctx context.Context) error {
+	if l.step > 0 {
+		if err := l.gen.SyncWeights(ctx, l.step); err != nil {
+			return fmt.Errorf("step %d: sync weights before resuming: %w", l.step, err)
+		}
+	}
+	return nil
+}
+
+// samplerScorer is an engine that can score rows with the weights that
+// sampled them: the builtin engine's copy of the policy.
+type samplerScorer interface {
+	SamplerLogprobs(ctx context.Context, rows []grpo.Row, temperature float64) ([][]float32, error)
+}
+
+// rescoreSamplerLogprobs replaces the log-probs recorded while sampling by
+// the sampler's log-probs of the finished round in one pass, where the
+// engine can (samplerScorer) and sampling truncates nothing (then both are
+// the same distribution; with top_k, top_p or min_p the recorded, processed
+// ones are kept). Sampling batches whatever requests arrive
+// together, so the recorded values vary with timing in the last bits; the
+// IS correction must not, or a run would not repeat exactly.
+func (l *stepLoop) rescoreSamplerLogprobs(ctx context.Context, gr *genRound) error {
+	sc, ok := l.gen.(samplerScorer)
+	if !ok || !l.cfg.UseSamplerLogps || !l.cfg.RescoreSamplerLogps {
+		return nil
+	}
+	t0 := time.Now()
+	var lps [][]float32
+	err := withDeadline(ctx, l.cfg.LogprobTimeout, func(c context.Context) (err error) {
+		lps, err = sc.SamplerLogprobs(c, gr.Rows, l.cfg.Loss.Temperature)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sampler log-probs: %w", err)
+	}
+	for i := range gr.Rows {
+		gr.Rows[i].SamplerLogprobs = lps[i]
+	}
+	gr.Stats.RolloutTime += time.Since(t0)
+	return nil
+}
