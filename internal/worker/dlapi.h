@@ -26,6 +26,12 @@ typedef struct {
   int (*optimizer_step)(ort_model *, double, double *, char *, size_t);
   int (*zero_grad)(ort_model *, char *, size_t);
   int (*sample)(ort_model *, const ort_sample_request *, int32_t, ort_sample_result *, const volatile int32_t *, char *, size_t);
+  int (*group_join)(ort_model *, const ort_group_options *, ort_group **, const volatile int32_t *, char *, size_t);
+  void (*group_free)(ort_group *);
+  int (*group_backend)(ort_group *, char *, size_t, char *, size_t);
+  int (*group_broadcast_trainable)(ort_group *, ort_model *, int32_t, const volatile int32_t *, char *, size_t);
+  int (*group_allreduce_grads)(ort_group *, ort_model *, int64_t *, int32_t *, const volatile int32_t *, char *, size_t);
+  int (*group_allreduce_sum)(ort_group *, double *, size_t, const volatile int32_t *, char *, size_t);
 } ort_api;
 
 static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n) {
@@ -56,6 +62,12 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(optimizer_step, "ort_optimizer_step")
   ORT_SYM(zero_grad, "ort_zero_grad")
   ORT_SYM(sample, "ort_sample")
+  ORT_SYM(group_join, "ort_group_join")
+  ORT_SYM(group_free, "ort_group_free")
+  ORT_SYM(group_backend, "ort_group_backend")
+  ORT_SYM(group_broadcast_trainable, "ort_group_broadcast_trainable")
+  ORT_SYM(group_allreduce_grads, "ort_group_allreduce_grads")
+  ORT_SYM(group_allreduce_sum, "ort_group_allreduce_sum")
 #undef ORT_SYM
   return 0;
 }
@@ -75,4 +87,10 @@ static inline int ort_call_forward_backward(ort_api *a, ort_model *m, const ort_
 static inline int ort_call_optimizer_step(ort_api *a, ort_model *m, double lr, double *gn, char *e, size_t en) { return a->optimizer_step(m, lr, gn, e, en); }
 static inline int ort_call_zero_grad(ort_api *a, ort_model *m, char *e, size_t en) { return a->zero_grad(m, e, en); }
 static inline int ort_call_sample(ort_api *a, ort_model *m, const ort_sample_request *r, int32_t n, ort_sample_result *o, const volatile int32_t *c, char *e, size_t en) { return a->sample(m, r, n, o, c, e, en); }
+static inline int ort_call_group_join(ort_api *a, ort_model *m, const ort_group_options *o, ort_group **g, const volatile int32_t *c, char *e, size_t en) { return a->group_join(m, o, g, c, e, en); }
+static inline void ort_call_group_free(ort_api *a, ort_group *g) { a->group_free(g); }
+static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, size_t nn, char *e, size_t en) { return a->group_backend(g, nm, nn, e, en); }
+static inline int ort_call_group_broadcast_trainable(ort_api *a, ort_group *g, ort_model *m, int32_t root, const volatile int32_t *c, char *e, size_t en) { return a->group_broadcast_trainable(g, m, root, c, e, en); }
+static inline int ort_call_group_allreduce_grads(ort_api *a, ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_grads(g, m, bytes, buckets, c, e, en); }
+static inline int ort_call_group_allreduce_sum(ort_api *a, ort_group *g, double *v, size_t n, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_sum(g, v, n, c, e, en); }
 #endif

@@ -13,10 +13,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "dist.h"
 #include "model.h"
 
 struct ort_model {
   ort::Model m;
+};
+
+struct ort_group {
+  ort::Group* g;
 };
 
 namespace {
@@ -68,6 +73,11 @@ int32_t dtype_code(at::ScalarType t) {
 ort::Model& model(ort_model* h) {
   if (h == nullptr) throw std::runtime_error("nil model handle");
   return h->m;
+}
+
+ort::Group& group(ort_group* h) {
+  if (h == nullptr || h->g == nullptr) throw std::runtime_error("nil process group handle");
+  return *h->g;
 }
 
 // copy_floats copies t (CPU, contiguous, float) into a buffer the caller
@@ -246,6 +256,48 @@ int ort_sample(ort_model* h, const ort_sample_request* reqs, int32_t n, ort_samp
     ort::need_finalized(m);
     ort::sample(m, reqs, n, out, cancel);
   });
+}
+
+int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, const volatile int32_t* cancel,
+                   char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    auto& m = model(h);
+    ort::need_finalized(m);
+    auto g = std::make_unique<ort_group>();
+    g->g = ort::join_group(m.device, *o, cancel);
+    *out = g.release();
+  });
+}
+
+void ort_group_free(ort_group* g) {
+  try {
+    if (g != nullptr) ort::free_group(g->g);
+    delete g;
+  } catch (...) {
+  }
+}
+
+int ort_group_backend(ort_group* h, char* name, size_t name_len, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    const auto b = ort::group_backend(group(h));
+    if (b.size() + 1 > name_len) throw std::runtime_error("backend name buffer too small");
+    std::memcpy(name, b.c_str(), b.size() + 1);
+  });
+}
+
+int ort_group_broadcast_trainable(ort_group* g, ort_model* h, int32_t root, const volatile int32_t* cancel, char* err,
+                                  size_t err_len) {
+  return guard(err, err_len, [&] { ort::broadcast_trainable(group(g), model(h), root, cancel); });
+}
+
+int ort_group_allreduce_grads(ort_group* g, ort_model* h, int64_t* bytes, int32_t* buckets,
+                              const volatile int32_t* cancel, char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::allreduce_grads(group(g), model(h), bytes, buckets, cancel); });
+}
+
+int ort_group_allreduce_sum(ort_group* g, double* values, size_t n, const volatile int32_t* cancel, char* err,
+                            size_t err_len) {
+  return guard(err, err_len, [&] { ort::allreduce_sum(group(g), values, n, cancel); });
 }
 
 }  // extern "C"

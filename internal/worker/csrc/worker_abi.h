@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 3
+#define ORT_ABI_VERSION 4
 
 /* Element types; values cross the ABI. */
 enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
@@ -66,6 +66,7 @@ enum { ORT_ROPE_DEFAULT = 0, ORT_ROPE_LINEAR = 1, ORT_ROPE_LLAMA3 = 2 };
 enum { ORT_STOP_TOKEN = 1, ORT_STOP_LENGTH = 2 };
 
 typedef struct ort_model ort_model;
+typedef struct ort_group ort_group; /* a joined c10d process group (data-parallel training) */
 
 /* Architecture, parsed from config.json by the Go side. */
 typedef struct {
@@ -203,6 +204,35 @@ int ort_optimizer_step(ort_model *m, double lr, double *grad_norm, char *err, si
 int ort_zero_grad(ort_model *m, char *err, size_t err_len);
 int ort_sample(ort_model *m, const ort_sample_request *reqs, int32_t n, ort_sample_result *out,
                const volatile int32_t *cancel, char *err, size_t err_len);
+
+/* Data-parallel training on c10d. Every rank calls the same collectives in
+ * the same order. A collective that fails, times out or is cancelled leaves
+ * the group broken: later calls fail at once; free it and join anew. */
+typedef struct {
+  const char *master_addr; /* rank 0 serves the TCPStore rendezvous here */
+  int32_t master_port;
+  int32_t rank, world_size;
+  int64_t timeout_ms;   /* rendezvous, and each collective; > 0 */
+  int64_t bucket_bytes; /* gradient bucket size; <= 0 = 25 MiB */
+} ort_group_options;
+
+/* Joins the group with m's device's backend (Gloo on CPU, NCCL on CUDA). */
+int ort_group_join(ort_model *m, const ort_group_options *o, ort_group **out, const volatile int32_t *cancel,
+                   char *err, size_t err_len);
+void ort_group_free(ort_group *g);
+/* Writes the backend name ("gloo", "nccl") into name (room for name_len bytes). */
+int ort_group_backend(ort_group *g, char *name, size_t name_len, char *err, size_t err_len);
+/* Overwrites every rank's trainable tensors (full weights, or LoRA adapters
+ * and modules_to_save) with root's. */
+int ort_group_broadcast_trainable(ort_group *g, ort_model *m, int32_t root, const volatile int32_t *cancel, char *err,
+                                  size_t err_len);
+/* Averages the trainable tensors' gradients over the group (one collective
+ * per bucket); call once after the last micro-batch of an optimizer step. */
+int ort_group_allreduce_grads(ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets,
+                              const volatile int32_t *cancel, char *err, size_t err_len);
+/* Sums n doubles element-wise over the group, in place. */
+int ort_group_allreduce_sum(ort_group *g, double *values, size_t n, const volatile int32_t *cancel, char *err,
+                            size_t err_len);
 
 #ifdef __cplusplus
 }
