@@ -201,11 +201,33 @@ func (g *Group) AllReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	return GradSyncStats{Bytes: int64(bytes), Buckets: int(buckets)}, nil
 }
 
+// Reduction is an element-wise reduction over the ranks.
+type Reduction int32
+
+const (
+	ReduceSum Reduction = 0
+	ReduceMin Reduction = 1
+	ReduceMax Reduction = 2
+)
+
+var reductionNames = map[Reduction]string{ReduceSum: "sum", ReduceMin: "min", ReduceMax: "max"}
+
 // AllReduceSum returns the element-wise sum of values over the ranks: the
 // round's active-token count before the loss (so dapo's normaliser is
 // global: MicroBatch.RoundTokens = max(1, sum)/WorldSize), and metric sums
 // and counts after it. Every rank must pass the same number of values.
 func (g *Group) AllReduceSum(ctx context.Context, values []float64) ([]float64, error) {
+	return g.AllReduce(ctx, ReduceSum, values)
+}
+
+// AllReduce returns the element-wise reduction of values over the ranks:
+// ReduceMin and ReduceMax for extremes such as LossStats.ClipLowMin and
+// ClipHighMax. Every rank must pass the same number of values.
+func (g *Group) AllReduce(ctx context.Context, op Reduction, values []float64) ([]float64, error) {
+	name, ok := reductionNames[op]
+	if !ok {
+		return nil, fmt.Errorf("all-reduce: unknown reduction %d", op)
+	}
 	unlock, err := g.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -217,8 +239,8 @@ func (g *Group) AllReduceSum(ctx context.Context, values []float64) ([]float64, 
 	eb := newErrBuf()
 	defer eb.free()
 	// out holds no Go pointers, so the worker may write into it.
-	err = g.m.call(eb, "all-reduce sums", func() C.int {
-		return C.ort_call_group_allreduce_sum(g.m.api, g.h, (*C.double)(unsafe.Pointer(unsafe.SliceData(out))),
+	err = g.m.call(eb, "all-reduce "+name, func() C.int {
+		return C.ort_call_group_allreduce_f64(g.m.api, g.h, C.int32_t(op), (*C.double)(unsafe.Pointer(unsafe.SliceData(out))),
 			C.size_t(len(out)), cf.p, eb.p, errLen)
 	})
 	if err := callErr(ctx, err); err != nil {

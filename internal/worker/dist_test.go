@@ -140,6 +140,17 @@ func offPolicyRows(rng *rand.Rand, n, vocab int) []grpo.Row {
 	return rows
 }
 
+// rankExtremes reduces (rank + 0.5, -rank) to its minimum and maximum over
+// the ranks.
+func rankExtremes(ctx context.Context, g *Group) (lo, hi []float64, err error) {
+	v := []float64{float64(g.Rank()) + 0.5, -float64(g.Rank())}
+	if lo, err = g.AllReduce(ctx, ReduceMin, v); err != nil {
+		return nil, nil, err
+	}
+	hi, err = g.AllReduce(ctx, ReduceMax, v)
+	return lo, hi, err
+}
+
 // TestDistRankProcess is rank 1 of the data-parallel tests when they
 // re-execute the test binary; run directly it has nothing to do.
 func TestDistRankProcess(t *testing.T) {
@@ -160,6 +171,8 @@ func TestDistRankProcess(t *testing.T) {
 	case "train":
 		require.NoError(t, g.BroadcastTrainable(ctx))
 		_, _, err := trainRanks(ctx, m, g, job.Loss, job.Rank, job.World)
+		require.NoError(t, err)
+		_, _, err = rankExtremes(ctx, g)
 		require.NoError(t, err)
 	case "park":
 		_, err := g.AllReduceSum(ctx, []float64{1})
@@ -345,6 +358,10 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 			require.NoError(t, g.BroadcastTrainable(ctx))
 			gotLoss, syncs, err := trainRanks(ctx, m, g, tc.loss, 0, 2)
 			require.NoError(t, err)
+			lo, hi, err := rankExtremes(ctx, g)
+			require.NoError(t, err)
+			assert.Equal(t, []float64{0.5, -1}, lo)
+			assert.Equal(t, []float64{1.5, 0}, hi)
 			require.NoError(t, peer.wait(time.Minute), "rank 1")
 
 			kind := KindWeight
@@ -514,6 +531,8 @@ func TestSingleRankGroup(t *testing.T) {
 	empty, err := g.AllReduceSum(ctx, nil)
 	require.NoError(t, err)
 	assert.Empty(t, empty)
+	_, err = g.AllReduce(ctx, Reduction(7), in)
+	require.ErrorContains(t, err, "unknown reduction 7")
 
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff

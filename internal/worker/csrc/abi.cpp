@@ -295,9 +295,9 @@ int ort_group_allreduce_grads(ort_group* g, ort_model* h, int64_t* bytes, int32_
   return guard(err, err_len, [&] { ort::allreduce_grads(group(g), model(h), bytes, buckets, cancel); });
 }
 
-int ort_group_allreduce_sum(ort_group* g, double* values, size_t n, const volatile int32_t* cancel, char* err,
-                            size_t err_len) {
-  return guard(err, err_len, [&] { ort::allreduce_sum(group(g), values, n, cancel); });
+int ort_group_allreduce_f64(ort_group* g, int32_t op, double* values, size_t n, const volatile int32_t* cancel,
+                            char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::allreduce_f64(group(g), op, values, n, cancel); });
 }
 
 }  // extern "C"

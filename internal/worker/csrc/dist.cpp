@@ -114,10 +114,11 @@ void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string&
   }
 }
 
-c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const std::string& op) {
+c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const std::string& op,
+                                               c10d::ReduceOp::RedOpType red = c10d::ReduceOp::SUM) {
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::SUM;
+  o.reduceOp = red;
   o.timeout = g.timeout;
   try {
     return g.pg->allreduce(v, o);
@@ -346,11 +347,18 @@ void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* nbuckets, cons
   }
 }
 
-void allreduce_sum(Group& g, double* values, size_t n, const volatile int32_t* cancel) {
+void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel) {
   check_usable(g);
+  c10d::ReduceOp::RedOpType red;
+  switch (op) {
+    case ORT_REDUCE_SUM: red = c10d::ReduceOp::SUM; break;
+    case ORT_REDUCE_MIN: red = c10d::ReduceOp::MIN; break;
+    case ORT_REDUCE_MAX: red = c10d::ReduceOp::MAX; break;
+    default: throw std::runtime_error("unknown reduction " + std::to_string(op));
+  }
   if (n == 0) return;
   auto t = at::from_blob(values, {static_cast<int64_t>(n)}, at::kDouble).clone().to(g.device);
-  auto w = start_allreduce(g, t, "");
+  auto w = start_allreduce(g, t, "", red);
   await(g, w, "", cancel);
   auto out = t.to(at::kCPU).contiguous();
   std::memcpy(values, out.data_ptr<double>(), n * sizeof(double));

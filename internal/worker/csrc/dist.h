@@ -21,7 +21,8 @@ void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_
 // allreduce_grads averages the trainable tensors' gradients over the group
 // in flat buckets; bytes and buckets report what was sent.
 void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* buckets, const volatile int32_t* cancel);
-// allreduce_sum sums values element-wise over the group, in place.
-void allreduce_sum(Group& g, double* values, size_t n, const volatile int32_t* cancel);
+// allreduce_f64 reduces values element-wise over the group with op
+// (ORT_REDUCE_*), in place.
+void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel);
 
 }  // namespace ort

@@ -230,9 +230,11 @@ int ort_group_broadcast_trainable(ort_group *g, ort_model *m, int32_t root, cons
  * per bucket); call once after the last micro-batch of an optimizer step. */
 int ort_group_allreduce_grads(ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets,
                               const volatile int32_t *cancel, char *err, size_t err_len);
-/* Sums n doubles element-wise over the group, in place. */
-int ort_group_allreduce_sum(ort_group *g, double *values, size_t n, const volatile int32_t *cancel, char *err,
-                            size_t err_len);
+/* Reductions of ort_group_allreduce_f64. */
+enum { ORT_REDUCE_SUM = 0, ORT_REDUCE_MIN = 1, ORT_REDUCE_MAX = 2 };
+/* Reduces n doubles element-wise over the group (ORT_REDUCE_*), in place. */
+int ort_group_allreduce_f64(ort_group *g, int32_t op, double *values, size_t n, const volatile int32_t *cancel,
+                            char *err, size_t err_len);
 
 #ifdef __cplusplus
 }
