@@ -15,9 +15,11 @@ import (
 )
 
 // DefaultDistTimeout bounds the rendezvous and each collective when
-// DistOptions.Timeout is 0: long enough for a slow rank's rollouts to finish
-// before the step's all-reduce, short enough that a wedged peer ends the run.
-const DefaultDistTimeout = 5 * time.Minute
+// DistOptions.Timeout is 0. It is torch.distributed's default: a rank waits
+// at the step's first collective while the slowest rank still rolls out, so
+// the timeout must exceed the spread of rollout times. A peer that dies is
+// noticed sooner (Gloo: its connection closes).
+const DefaultDistTimeout = 30 * time.Minute
 
 // DefaultBucketBytes is the gradient bucket size when
 // DistOptions.BucketBytes is 0 (PyTorch DDP's bucket_cap_mb = 25).

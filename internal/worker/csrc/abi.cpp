@@ -97,7 +97,10 @@ int ort_info(char* json, size_t json_len, char* err, size_t err_len) {
     std::ostringstream o;
     o << "{\"libtorch\":\"" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH
       << "\",\"cuda_devices\":" << at::detail::getCUDAHooks().getNumGPUs() << ",\"threads\":" << at::get_num_threads()
-      << ",\"cxx11_abi\":" << _GLIBCXX_USE_CXX11_ABI << "}";
+      << ",\"cxx11_abi\":" << _GLIBCXX_USE_CXX11_ABI << ",\"c10d\":[";
+    const auto backends = ort::compiled_backends();
+    for (size_t i = 0; i < backends.size(); i++) o << (i ? "," : "") << "\"" << backends[i] << "\"";
+    o << "]}";
     const auto s = o.str();
     if (s.size() + 1 > json_len) throw std::runtime_error("info buffer too small");
     std::memcpy(json, s.c_str(), s.size() + 1);

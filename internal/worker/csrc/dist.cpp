@@ -199,6 +199,17 @@ void check_model(const Group& g, const Model& m) {
 
 }  // namespace
 
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> out;
+#ifdef USE_C10D_GLOO
+  out.push_back("gloo");
+#endif
+#ifdef USE_C10D_NCCL
+  out.push_back("nccl");
+#endif
+  return out;
+}
+
 Group* join_group(const at::Device& device, const ort_group_options& o, const volatile int32_t* cancel) {
   const std::string addr = o.master_addr != nullptr ? o.master_addr : "";
   if (addr.empty()) throw std::runtime_error("join process group: master address is empty");

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model.h"
 
 namespace ort {
 
 struct Group;  // a joined process group (dist.cpp)
+
+// compiled_backends names the c10d backends this build can join ("gloo", "nccl").
+std::vector<std::string> compiled_backends();
 
 // join_group rendezvouses through a TCPStore on o.master_addr:o.master_port
 // (rank 0 serves it) and builds the process group for device: Gloo on CPU,

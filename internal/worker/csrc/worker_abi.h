@@ -170,7 +170,8 @@ typedef struct {
 } ort_sample_result;
 
 int ort_abi_version(void);
-/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1} */
+/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1,"c10d":["gloo","nccl"]}
+ * (c10d: the process-group backends compiled in) */
 int ort_info(char *json, size_t json_len, char *err, size_t err_len);
 
 int ort_model_new(const ort_arch *arch, const ort_model_options *opts, ort_model **out, char *err, size_t err_len);
