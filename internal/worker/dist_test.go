@@ -404,16 +404,16 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 	}
 }
 
-// joinWithParkedPeer starts rank 1 parked and joins as rank 0 with timeout;
-// after one all-reduce together both are known connected.
-func joinWithParkedPeer(t *testing.T, timeout time.Duration) (*Model, *Group, *rankProcess) {
+// joinWithParkedPeer starts the other rank of two parked and joins as rank
+// with timeout; after one all-reduce together both are known connected.
+func joinWithParkedPeer(t *testing.T, rank int, timeout time.Duration) (*Model, *Group, *rankProcess) {
 	t.Helper()
 	opts := distModel{Dir: tinyDir(t, 1)}
 	port := freePort(t)
-	peer := startRank(t, distJob{Role: "park", Opts: opts, Port: port, Rank: 1, World: 2, TimeoutMS: timeout.Milliseconds()})
+	peer := startRank(t, distJob{Role: "park", Opts: opts, Port: port, Rank: 1 - rank, World: 2, TimeoutMS: timeout.Milliseconds()})
 	peer.joining(t)
 	m := loadTiny(t, opts.options())
-	g, err := m.JoinGroup(context.Background(), DistOptions{Addr: "127.0.0.1", Port: port, Rank: 0, WorldSize: 2, Timeout: timeout})
+	g, err := m.JoinGroup(context.Background(), DistOptions{Addr: "127.0.0.1", Port: port, Rank: rank, WorldSize: 2, Timeout: timeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	sum, err := g.AllReduceSum(context.Background(), []float64{1})
@@ -422,14 +422,27 @@ func joinWithParkedPeer(t *testing.T, timeout time.Duration) (*Model, *Group, *r
 	return m, g, peer
 }
 
-// TestAllReduceFailsWhenPeerDies kills rank 1 with SIGKILL while rank 0
-// waits in the gradient all-reduce: rank 0's call must return an error
+// TestAllReduceFailsWhenPeerDies kills the other rank with SIGKILL while
+// this one waits in the gradient all-reduce: the call must return an error
 // well within the collective timeout, the group must refuse further
-// collectives, and leaving it must not hang.
+// collectives, and leaving it must not hang. The dead rank is a worker, or
+// the master that served the rendezvous.
 func TestAllReduceFailsWhenPeerDies(t *testing.T) {
 	requireGloo(t)
+	for _, tc := range []struct {
+		name string
+		rank int // this process's rank; the peer has the other
+	}{
+		{"worker_dies", 0},
+		{"master_dies", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testPeerDies(t, tc.rank) })
+	}
+}
+
+func testPeerDies(t *testing.T, rank int) {
 	const timeout = 5 * time.Second
-	m, g, peer := joinWithParkedPeer(t, timeout)
+	m, g, peer := joinWithParkedPeer(t, rank, timeout)
 	ctx := context.Background()
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
@@ -474,7 +487,7 @@ func TestCollectiveStalledPeer(t *testing.T) {
 		}, 250 * time.Millisecond, timeout, "cancelled", context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, g, _ := joinWithParkedPeer(t, timeout)
+			_, g, _ := joinWithParkedPeer(t, 0, timeout)
 			ctx, cancel := tc.ctx()
 			defer cancel()
 			start := time.Now()
