@@ -30,7 +30,7 @@ import (
 
 // requireGloo skips a test when the worker was built without Gloo, unless
 // ORTRAIN_REQUIRE_WORKER is set (CI), where that is a failure.
-func requireGloo(t *testing.T) {
+func requireGloo(t testing.TB) {
 	t.Helper()
 	lib := testLib(t)
 	if slices.Contains(lib.Info().DistBackends, "gloo") {
@@ -47,8 +47,9 @@ const distChildEnv = "ORTRAIN_DIST_TEST_JOB"
 
 // distJob is what the re-executed rank does.
 type distJob struct {
-	// Role is "train" (join, broadcast, train like rank 0) or "park" (join,
-	// one all-reduce, then stay alive without joining another collective).
+	// Role is "train" (join, broadcast, train like rank 0), "park" (join,
+	// one all-reduce, then stay alive without joining another collective)
+	// or "bench" (gradient all-reduces while rank 0 asks for more).
 	Role      string
 	Opts      distModel
 	Port      int
@@ -189,6 +190,8 @@ func TestDistRankProcess(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = rankExtremes(ctx, g)
 		require.NoError(t, err)
+	case "bench":
+		require.NoError(t, benchRank(ctx, m, g))
 	case "park":
 		_, err := g.AllReduceSum(ctx, []float64{1})
 		require.NoError(t, err)
@@ -234,13 +237,13 @@ func (p *rankProcess) wait(d time.Duration) error {
 
 // joining waits until the process has started to join its group, so a
 // short rendezvous timeout does not count its start-up.
-func (p *rankProcess) joining(t *testing.T) {
+func (p *rankProcess) joining(t testing.TB) {
 	t.Helper()
 	require.Eventually(t, func() bool { return strings.Contains(p.output(), distJoiningMark) }, time.Minute, 10*time.Millisecond,
 		"rank process never started to join")
 }
 
-func startRank(t *testing.T, job distJob) *rankProcess {
+func startRank(t testing.TB, job distJob) *rankProcess {
 	t.Helper()
 	spec, err := json.Marshal(job)
 	require.NoError(t, err)
@@ -261,7 +264,7 @@ func startRank(t *testing.T, job distJob) *rankProcess {
 }
 
 // freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -617,4 +620,60 @@ func TestDistOptionsResolve(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// benchRank is the peer of BenchmarkAllReduceGrads: after one backward pass
+// it joins a gradient all-reduce for every 1 rank 0 sends, until a 0.
+func benchRank(ctx context.Context, m *Model, g *Group) error {
+	cfg := grpo.DefaultLossConfig()
+	cfg.ISCorrection = grpo.ISCorrectionOff
+	if _, err := m.ForwardBackward(ctx, nllBatch(), cfg); err != nil {
+		return err
+	}
+	for {
+		more, err := g.AllReduceSum(ctx, []float64{0})
+		if err != nil || more[0] == 0 {
+			return err
+		}
+		if _, err := g.AllReduceGrads(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// BenchmarkAllReduceGrads times the gradient all-reduce of the tiny preset
+// (full fine-tuning, float32) between two ranks over loopback Gloo; ns/op
+// counts only AllReduceGrads, not the scalar all-reduce that paces the peer.
+// scripts/bench-worker's benchworker --world-size does the same for any
+// model inside a training step.
+func BenchmarkAllReduceGrads(b *testing.B) {
+	requireGloo(b)
+	opts := distModel{Dir: tinyDir(b, 1)}
+	port := freePort(b)
+	peer := startRank(b, distJob{Role: "bench", Opts: opts, Port: port, Rank: 1, World: 2, TimeoutMS: 60000})
+	m := loadTiny(b, opts.options())
+	ctx := context.Background()
+	g, err := m.JoinGroup(ctx, DistOptions{Addr: "127.0.0.1", Port: port, Rank: 0, WorldSize: 2, Timeout: time.Minute})
+	require.NoError(b, err)
+	defer g.Close()
+	cfg := grpo.DefaultLossConfig()
+	cfg.ISCorrection = grpo.ISCorrectionOff
+	_, err = m.ForwardBackward(ctx, nllBatch(), cfg)
+	require.NoError(b, err)
+	var sent int64
+	var reducing time.Duration
+	for b.Loop() {
+		_, err := g.AllReduceSum(ctx, []float64{1})
+		require.NoError(b, err)
+		start := time.Now()
+		st, err := g.AllReduceGrads(ctx)
+		reducing += time.Since(start)
+		require.NoError(b, err)
+		sent = st.Bytes
+	}
+	_, err = g.AllReduceSum(ctx, []float64{0})
+	require.NoError(b, err)
+	require.NoError(b, peer.wait(time.Minute), "rank 1")
+	b.ReportMetric(float64(reducing.Nanoseconds())/float64(b.N), "allreduce-ns/op")
+	b.ReportMetric(float64(sent)/(1<<20)/(reducing.Seconds()/float64(b.N)), "MiB/s")
 }
