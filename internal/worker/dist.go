@@ -58,7 +58,7 @@ type Group struct {
 
 // GradSyncStats describe one gradient all-reduce.
 type GradSyncStats struct {
-	Bytes   int64 // bytes all-reduced (each rank's contribution)
+	Bytes   int64 // bytes each rank all-reduced, as sent (Gloo sends 16-bit floats as float32)
 	Buckets int   // collectives, one per bucket
 }
 

@@ -548,11 +548,18 @@ func TestJoinGroupWithoutPeers(t *testing.T) {
 }
 
 // TestSingleRankGroup: a group of one averages over one rank, so sums and
-// gradients come back unchanged, and the trainable tensors are all sent.
+// gradients come back unchanged (bfloat16 ones too, which Gloo carries as
+// float32), and the trainable tensors are all sent.
 func TestSingleRankGroup(t *testing.T) {
 	requireGloo(t)
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		t.Run(dtype, func(t *testing.T) { testSingleRankGroup(t, dtype) })
+	}
+}
+
+func testSingleRankGroup(t *testing.T, dtype string) {
 	ctx := context.Background()
-	m := loadTiny(t, ModelOptions{Threads: 1, LoRA: &LoRAOptions{Rank: 4, Alpha: 8}})
+	m := loadTiny(t, ModelOptions{Threads: 1, DType: dtype, LoRA: &LoRAOptions{Rank: 4, Alpha: 8}})
 	// 1-byte buckets: every tensor travels alone.
 	g, err := m.JoinGroup(ctx, DistOptions{Addr: "127.0.0.1", Port: freePort(t), WorldSize: 1, BucketBytes: 1})
 	require.NoError(t, err)
@@ -584,7 +591,11 @@ func TestSingleRankGroup(t *testing.T) {
 	}
 	st, err := g.AllReduceGrads(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, GradSyncStats{Bytes: trainableBytes(t, m), Buckets: len(grads)}, st)
+	wire := trainableBytes(t, m)
+	if dtype == "bfloat16" {
+		wire *= 2 // Gloo carries bfloat16 as float32
+	}
+	assert.Equal(t, GradSyncStats{Bytes: wire, Buckets: len(grads)}, st)
 	for _, ti := range grads {
 		b, err := m.ReadTensor(KindGrad, ti)
 		require.NoError(t, err)

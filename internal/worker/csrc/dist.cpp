@@ -153,13 +153,14 @@ std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, int64_t cap)
   std::vector<Bucket> out;
   int64_t bytes = 0;
   for (const auto& t : ts) {
-    if (out.empty() || out.back().parts.front().scalar_type() != t.scalar_type() || bytes + static_cast<int64_t>(t.nbytes()) > cap) {
+    const auto n = static_cast<int64_t>(t.nbytes());
+    if (out.empty() || out.back().parts.front().scalar_type() != t.scalar_type() || bytes + n > cap) {
       out.emplace_back();
+      out.back().index = out.size() - 1;
       bytes = 0;
     }
-    out.back().index = out.size() - 1;
     out.back().parts.push_back(t);
-    bytes += static_cast<int64_t>(t.nbytes());
+    bytes += n;
   }
   return out;
 }
