@@ -69,6 +69,52 @@ fi
 [[ -f "$libdir/libtorch.so" ]] && libs="$libs -Wl,--no-as-needed -ltorch -Wl,--as-needed"
 ok "CUDA support in libtorch: $cuda"
 
+# c10d backends for data-parallel training (csrc/dist.cpp): each is compiled
+# in when libtorch exports it and its headers parse (Gloo needs the gloo
+# headers: libgloo-dev on Debian; NCCL needs nccl.h and the CUDA runtime
+# headers: a CUDA toolkit or pip's nvidia-* wheels). The probe is cached per
+# libtorch and flags.
+c10d_key="$cxxflags $libs"
+c10d_cache=$out/c10d
+if [[ -f "$c10d_cache" && "$(head -1 "$c10d_cache")" == "$c10d_key" ]]; then
+  c10d_flags=$(sed -n 2p "$c10d_cache")
+  c10d_note=$(sed -n 3p "$c10d_cache")
+else
+  exports() { # $1: symbol substring; the rest: libraries to search
+    local sym=$1 f
+    shift
+    for f in "$@"; do [[ -f "$f" ]] && nm -DC --defined-only "$f" 2>/dev/null | grep -F "$sym" >/dev/null && return 0; done
+    return 1
+  }
+  parses() { # $1: header under torch/csrc/distributed/c10d; the rest: flags
+    local h=$1
+    shift
+    # shellcheck disable=SC2086
+    printf '#include <torch/csrc/distributed/c10d/%s>\n' "$h" | g++ $cxxflags "$@" -fsyntax-only -x c++ - 2>/dev/null
+  }
+  c10d_flags="" c10d_note=""
+  if exports 'c10d::ProcessGroupGloo::ProcessGroupGloo(' "$libdir/libtorch_cpu.so" &&
+    parses ProcessGroupGloo.hpp -DUSE_C10D_GLOO; then
+    c10d_flags="-DUSE_C10D_GLOO" c10d_note="gloo"
+  fi
+  if [[ $cuda == yes ]]; then
+    nccl_inc=""
+    for d in "$libdir/../../nvidia/nccl/include" "$libdir/../../nvidia/cuda_runtime/include" \
+      "${CUDA_HOME:-/usr/local/cuda}/include"; do
+      [[ -d "$d" ]] && nccl_inc="$nccl_inc -I$(cd "$d" && pwd)"
+    done
+    # shellcheck disable=SC2086
+    if exports 'c10d::ProcessGroupNCCL::ProcessGroupNCCL(' "$libdir/libtorch_cuda.so" "$libdir/libtorch_cuda_cpp.so" &&
+      parses ProcessGroupNCCL.hpp -DUSE_C10D_NCCL $nccl_inc; then
+      c10d_flags="$c10d_flags -DUSE_C10D_NCCL $nccl_inc" c10d_note="$c10d_note nccl"
+    fi
+  fi
+  printf '%s\n%s\n%s\n' "$c10d_key" "$c10d_flags" "$c10d_note" >"$c10d_cache"
+fi
+c10d_note=${c10d_note# }
+ok "c10d backends: ${c10d_note:-none (data-parallel training unavailable)}"
+cxxflags="$cxxflags $c10d_flags"
+
 stamp="$out/flags"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$cxxflags $libs" ]]; then
   rm -f "$out"/obj/*.o

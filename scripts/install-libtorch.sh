@@ -7,6 +7,8 @@
 #    libopenblas0-openmp: Debian's default reference BLAS makes fp32 matmul
 #    about 14x slower. python3-torch (the same libtorch) is installed too, for
 #    scripts/bench-worker's PyTorch-eager baseline.
+#    libgloo-dev supplies the gloo headers that c10d's ProcessGroupGloo.hpp
+#    includes (Debian ships them apart), for data-parallel training on CPU.
 set -euo pipefail
 
 ok() { printf '  \342\234\223 %s\n' "$*"; }
@@ -32,7 +34,7 @@ if ! command -v apt-get >/dev/null; then
 fi
 sudo=""
 [[ $(id -u) != 0 ]] && sudo="sudo"
-pkgs=(libtorch-dev libopenblas0-openmp python3-torch g++)
+pkgs=(libtorch-dev libgloo-dev libopenblas0-openmp python3-torch g++)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

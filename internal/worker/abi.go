@@ -46,6 +46,10 @@ const (
 	_ = uint(grpo.ISCorrectionSequenceMask-C.ORT_IS_SEQUENCE_MASK) + uint(C.ORT_IS_SEQUENCE_MASK-grpo.ISCorrectionSequenceMask)
 
 	_ = uint(StopToken-C.ORT_STOP_TOKEN) + uint(C.ORT_STOP_TOKEN-StopToken)
+
+	_ = uint(ReduceSum-C.ORT_REDUCE_SUM) + uint(C.ORT_REDUCE_SUM-ReduceSum)
+	_ = uint(ReduceMin-C.ORT_REDUCE_MIN) + uint(C.ORT_REDUCE_MIN-ReduceMin)
+	_ = uint(ReduceMax-C.ORT_REDUCE_MAX) + uint(C.ORT_REDUCE_MAX-ReduceMax)
 	_ = uint(StopLength-C.ORT_STOP_LENGTH) + uint(C.ORT_STOP_LENGTH-StopLength)
 )
 

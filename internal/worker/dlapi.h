@@ -33,6 +33,12 @@ typedef struct {
   int (*decoder_release)(ort_decoder *, int64_t, char *, size_t);
   int (*decoder_forget)(ort_decoder *, const char *, char *, size_t);
   int (*decoder_stats)(ort_decoder *, ort_decoder_stats *, char *, size_t);
+  int (*group_join)(ort_model *, const ort_group_options *, ort_group **, const volatile int32_t *, char *, size_t);
+  void (*group_free)(ort_group *);
+  int (*group_backend)(ort_group *, char *, size_t, char *, size_t);
+  int (*group_broadcast_trainable)(ort_group *, ort_model *, int32_t, const volatile int32_t *, char *, size_t);
+  int (*group_allreduce_grads)(ort_group *, ort_model *, int64_t *, int32_t *, const volatile int32_t *, char *, size_t);
+  int (*group_allreduce_f64)(ort_group *, int32_t, double *, size_t, const volatile int32_t *, char *, size_t);
 } ort_api;
 
 static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n) {
@@ -70,6 +76,12 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(decoder_release, "ort_decoder_release")
   ORT_SYM(decoder_forget, "ort_decoder_forget")
   ORT_SYM(decoder_stats, "ort_decoder_get_stats")
+  ORT_SYM(group_join, "ort_group_join")
+  ORT_SYM(group_free, "ort_group_free")
+  ORT_SYM(group_backend, "ort_group_backend")
+  ORT_SYM(group_broadcast_trainable, "ort_group_broadcast_trainable")
+  ORT_SYM(group_allreduce_grads, "ort_group_allreduce_grads")
+  ORT_SYM(group_allreduce_f64, "ort_group_allreduce_f64")
 #undef ORT_SYM
   return 0;
 }
@@ -96,4 +108,10 @@ static inline int ort_call_decoder_step(ort_api *a, ort_decoder *d, ort_decode_e
 static inline int ort_call_decoder_release(ort_api *a, ort_decoder *d, int64_t s, char *e, size_t en) { return a->decoder_release(d, s, e, en); }
 static inline int ort_call_decoder_forget(ort_api *a, ort_decoder *d, const char *k, char *e, size_t en) { return a->decoder_forget(d, k, e, en); }
 static inline int ort_call_decoder_stats(ort_api *a, ort_decoder *d, ort_decoder_stats *s, char *e, size_t en) { return a->decoder_stats(d, s, e, en); }
+static inline int ort_call_group_join(ort_api *a, ort_model *m, const ort_group_options *o, ort_group **g, const volatile int32_t *c, char *e, size_t en) { return a->group_join(m, o, g, c, e, en); }
+static inline void ort_call_group_free(ort_api *a, ort_group *g) { a->group_free(g); }
+static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, size_t nn, char *e, size_t en) { return a->group_backend(g, nm, nn, e, en); }
+static inline int ort_call_group_broadcast_trainable(ort_api *a, ort_group *g, ort_model *m, int32_t root, const volatile int32_t *c, char *e, size_t en) { return a->group_broadcast_trainable(g, m, root, c, e, en); }
+static inline int ort_call_group_allreduce_grads(ort_api *a, ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_grads(g, m, bytes, buckets, c, e, en); }
+static inline int ort_call_group_allreduce_f64(ort_api *a, ort_group *g, int32_t op, double *v, size_t n, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_f64(g, op, v, n, c, e, en); }
 #endif

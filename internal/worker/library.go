@@ -68,6 +68,9 @@ type Info struct {
 	CUDADevices     int    `json:"cuda_devices"`
 	Threads         int    `json:"threads"`
 	CXX11ABI        bool   `json:"cxx11_abi"`
+	// DistBackends are the c10d backends compiled in, for Model.JoinGroup:
+	// "gloo" (CPU), "nccl" (CUDA).
+	DistBackends []string `json:"dist_backends"`
 }
 
 // errBuf is a C buffer for one call's error message.
@@ -103,17 +106,18 @@ func Open(path string) (*Library, error) {
 		return nil, err
 	}
 	var raw struct {
-		Libtorch    string `json:"libtorch"`
-		CUDADevices int    `json:"cuda_devices"`
-		Threads     int    `json:"threads"`
-		CXX11ABI    int    `json:"cxx11_abi"`
+		Libtorch    string   `json:"libtorch"`
+		CUDADevices int      `json:"cuda_devices"`
+		Threads     int      `json:"threads"`
+		CXX11ABI    int      `json:"cxx11_abi"`
+		C10D        []string `json:"c10d"`
 	}
 	if err := json.Unmarshal([]byte(C.GoString(buf)), &raw); err != nil {
 		return nil, fmt.Errorf("worker library %s: bad info JSON: %w", path, err)
 	}
 	l := &Library{api: api, calls: make(chan func()), done: make(chan struct{}), info: Info{
 		Path: path, ABIVersion: ABIVersion, LibtorchVersion: raw.Libtorch,
-		CUDADevices: raw.CUDADevices, Threads: raw.Threads, CXX11ABI: raw.CXX11ABI != 0,
+		CUDADevices: raw.CUDADevices, Threads: raw.Threads, CXX11ABI: raw.CXX11ABI != 0, DistBackends: raw.C10D,
 	}}
 	go l.serve()
 	return l, nil

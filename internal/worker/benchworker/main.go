@@ -3,6 +3,9 @@
 // line. With --logprobs it instead prints the worker's log-probs for rows
 // read from a JSON file (used by scripts/check-transformers). It is run by
 // scripts/bench-worker, one process per model so peak RSS is per model.
+// With --world-size N it is one rank of N data-parallel processes (start
+// each with its --rank): every step all-reduces the gradients, and the JSON
+// adds the all-reduce time per step and its fraction of the step.
 package main
 
 import (
@@ -25,6 +28,12 @@ type options struct {
 	rows, promptLen, complLen      int
 	steps, newTokens, threads      int
 	checkpointing, sampleOnly      bool
+	// Data-parallel: with worldSize > 1 each step all-reduces the gradients
+	// with the other ranks (started the same way) and sampling is skipped.
+	worldSize, rank int
+	masterAddr      string
+	masterPort      int
+	bucketMiB       float64
 }
 
 type result struct {
@@ -45,6 +54,15 @@ type result struct {
 	// requests as sample_tokens_per_s (the static sampler).
 	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
 	PeakRSSMiB       float64 `json:"peak_rss_mib"`
+	// With --world-size > 1: the gradient all-reduce per step (inside
+	// train_step_s), its bytes and buckets, and its share of the step.
+	WorldSize         int     `json:"world_size,omitempty"`
+	Rank              int     `json:"rank,omitempty"`
+	Backend           string  `json:"backend,omitempty"`
+	AllReduceSeconds  float64 `json:"allreduce_s,omitempty"`
+	AllReduceBytes    int64   `json:"allreduce_bytes,omitempty"`
+	AllReduceBuckets  int     `json:"allreduce_buckets,omitempty"`
+	AllReduceFraction float64 `json:"allreduce_fraction,omitempty"`
 }
 
 func main() {
@@ -61,6 +79,11 @@ func main() {
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "libtorch intra-op threads")
 	flag.BoolVar(&o.checkpointing, "checkpointing", false, "activation recomputation")
 	flag.BoolVar(&o.sampleOnly, "sample-only", false, "measure sampling only (train keys are 0)")
+	flag.IntVar(&o.worldSize, "world-size", 1, "data-parallel ranks; > 1 all-reduces gradients every step (start one process per rank)")
+	flag.IntVar(&o.rank, "rank", 0, "this process's rank (with --world-size)")
+	flag.StringVar(&o.masterAddr, "master-addr", "127.0.0.1", "rendezvous address, served by rank 0 (with --world-size)")
+	flag.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (with --world-size)")
+	flag.Float64Var(&o.bucketMiB, "bucket-mb", 25, "gradient all-reduce bucket size in MiB (with --world-size)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -103,7 +126,20 @@ func run(ctx context.Context, o options) error {
 	mb := grpo.MicroBatch{Rows: rows, RoundTokens: float64(o.rows * o.complLen), GradAccumSteps: 1}
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
-	var elapsed, fwdBwd time.Duration
+	var group *worker.Group
+	if o.worldSize > 1 {
+		group, err = m.JoinGroup(ctx, worker.DistOptions{Addr: o.masterAddr, Port: o.masterPort, Rank: o.rank,
+			WorldSize: o.worldSize, BucketBytes: int64(o.bucketMiB * (1 << 20))})
+		if err != nil {
+			return err
+		}
+		defer group.Close()
+		if err := group.BroadcastTrainable(ctx); err != nil {
+			return err
+		}
+	}
+	var elapsed, fwdBwd, allReduce time.Duration
+	var sync worker.GradSyncStats
 	var cpu float64
 	for step := 0; step <= o.steps && !o.sampleOnly; step++ {
 		cpu0 := cpuSeconds()
@@ -112,14 +148,42 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		fb := time.Since(start) // ForwardBackward returns after its loss is read back, so the device is synchronised
+		var ar time.Duration
+		if group != nil {
+			arStart := time.Now()
+			if sync, err = group.AllReduceGrads(ctx); err != nil {
+				return err
+			}
+			ar = time.Since(arStart)
+		}
 		if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
 			return err
 		}
 		if step > 0 { // step 0 warms up
 			elapsed += time.Since(start)
 			fwdBwd += fb
+			allReduce += ar
 			cpu += cpuSeconds() - cpu0
 		}
+	}
+	seq := o.promptLen + o.complLen
+	res := result{
+		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
+		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
+	}
+	if !o.sampleOnly && o.steps > 0 {
+		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
+		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
+		res.TrainStepCPU = cpu / float64(o.steps)
+		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
+	}
+	if group != nil { // the step's time includes waiting for the slowest rank
+		res.WorldSize, res.Rank, res.Backend = o.worldSize, o.rank, group.Backend()
+		res.AllReduceSeconds = allReduce.Seconds() / float64(o.steps)
+		res.AllReduceBytes, res.AllReduceBuckets = sync.Bytes, sync.Buckets
+		res.AllReduceFraction = allReduce.Seconds() / elapsed.Seconds()
+		res.PeakRSSMiB = peakRSSMiB()
+		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	reqs := make([]worker.SampleRequest, o.rows)
 	for i := range reqs {
@@ -142,23 +206,16 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	res.SampleTokensPerS = float64(sampled) / sampleTime.Seconds()
+	res.DecodeTokensPerS = float64(decoded) / decodeTime.Seconds()
+	res.PeakRSSMiB = peakRSSMiB()
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func peakRSSMiB() float64 {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	seq := o.promptLen + o.complLen
-	res := result{
-		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
-		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
-		SampleTokensPerS: float64(sampled) / sampleTime.Seconds(),
-		DecodeTokensPerS: float64(decoded) / decodeTime.Seconds(),
-		PeakRSSMiB:       float64(ru.Maxrss) / 1024,
-	}
-	if !o.sampleOnly && o.steps > 0 {
-		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
-		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
-		res.TrainStepCPU = cpu / float64(o.steps)
-		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
-	}
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return float64(ru.Maxrss) / 1024
 }
 
 // decode generates reqs with the continuous-batching decoder (all rows

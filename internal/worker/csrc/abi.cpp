@@ -13,10 +13,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "dist.h"
 #include "model.h"
 
 struct ort_model {
   ort::Model m;
+};
+
+struct ort_group {
+  ort::Group* g;
 };
 
 namespace {
@@ -70,6 +75,11 @@ ort::Model& model(ort_model* h) {
   return h->m;
 }
 
+ort::Group& group(ort_group* h) {
+  if (h == nullptr || h->g == nullptr) throw std::runtime_error("nil process group handle");
+  return *h->g;
+}
+
 // copy_floats copies t (CPU, contiguous, float) into a buffer the caller
 // has already been checked to have room for it.
 void copy_floats(const at::Tensor& t, float* out) {
@@ -87,7 +97,10 @@ int ort_info(char* json, size_t json_len, char* err, size_t err_len) {
     std::ostringstream o;
     o << "{\"libtorch\":\"" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH
       << "\",\"cuda_devices\":" << at::detail::getCUDAHooks().getNumGPUs() << ",\"threads\":" << at::get_num_threads()
-      << ",\"cxx11_abi\":" << _GLIBCXX_USE_CXX11_ABI << "}";
+      << ",\"cxx11_abi\":" << _GLIBCXX_USE_CXX11_ABI << ",\"c10d\":[";
+    const auto backends = ort::compiled_backends();
+    for (size_t i = 0; i < backends.size(); i++) o << (i ? "," : "") << "\"" << backends[i] << "\"";
+    o << "]}";
     const auto s = o.str();
     if (s.size() + 1 > json_len) throw std::runtime_error("info buffer too small");
     std::memcpy(json, s.c_str(), s.size() + 1);
@@ -314,6 +327,46 @@ int ort_decoder_get_stats(ort_decoder* d, ort_decoder_stats* stats, char* err, s
     if (stats == nullptr) throw std::runtime_error("decoder stats: nil output");
     *stats = ort::decoder_stats(decoder(d));
   });
+int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, const volatile int32_t* cancel,
+                   char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    auto& m = model(h);
+    ort::need_finalized(m);
+    auto g = std::make_unique<ort_group>();
+    g->g = ort::join_group(m.device, *o, cancel);
+    *out = g.release();
+  });
+}
+
+void ort_group_free(ort_group* g) {
+  try {
+    if (g != nullptr) ort::free_group(g->g);
+    delete g;
+  } catch (...) {
+  }
+}
+
+int ort_group_backend(ort_group* h, char* name, size_t name_len, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    const auto b = ort::group_backend(group(h));
+    if (b.size() + 1 > name_len) throw std::runtime_error("backend name buffer too small");
+    std::memcpy(name, b.c_str(), b.size() + 1);
+  });
+}
+
+int ort_group_broadcast_trainable(ort_group* g, ort_model* h, int32_t root, const volatile int32_t* cancel, char* err,
+                                  size_t err_len) {
+  return guard(err, err_len, [&] { ort::broadcast_trainable(group(g), model(h), root, cancel); });
+}
+
+int ort_group_allreduce_grads(ort_group* g, ort_model* h, int64_t* bytes, int32_t* buckets,
+                              const volatile int32_t* cancel, char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::allreduce_grads(group(g), model(h), bytes, buckets, cancel); });
+}
+
+int ort_group_allreduce_f64(ort_group* g, int32_t op, double* values, size_t n, const volatile int32_t* cancel,
+                            char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::allreduce_f64(group(g), op, values, n, cancel); });
 }
 
 }  // extern "C"

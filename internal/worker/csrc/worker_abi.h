@@ -66,6 +66,7 @@ enum { ORT_ROPE_DEFAULT = 0, ORT_ROPE_LINEAR = 1, ORT_ROPE_LLAMA3 = 2 };
 enum { ORT_STOP_TOKEN = 1, ORT_STOP_LENGTH = 2 };
 
 typedef struct ort_model ort_model;
+typedef struct ort_group ort_group; /* a joined c10d process group (data-parallel training) */
 
 /* Architecture, parsed from config.json by the Go side. */
 typedef struct {
@@ -169,7 +170,8 @@ typedef struct {
 } ort_sample_result;
 
 int ort_abi_version(void);
-/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1} */
+/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1,"c10d":["gloo","nccl"]}
+ * (c10d: the process-group backends compiled in) */
 int ort_info(char *json, size_t json_len, char *err, size_t err_len);
 
 int ort_model_new(const ort_arch *arch, const ort_model_options *opts, ort_model **out, char *err, size_t err_len);
@@ -250,6 +252,37 @@ int ort_decoder_release(ort_decoder *d, int64_t seq, char *err, size_t err_len);
 /* Drops the parked entry of a cache key, if any. */
 int ort_decoder_forget(ort_decoder *d, const char *key, char *err, size_t err_len);
 int ort_decoder_get_stats(ort_decoder *d, ort_decoder_stats *stats, char *err, size_t err_len);
+
+/* Data-parallel training on c10d. Every rank calls the same collectives in
+ * the same order. A collective that fails, times out or is cancelled leaves
+ * the group broken: later calls fail at once; free it and join anew. */
+typedef struct {
+  const char *master_addr; /* rank 0 serves the TCPStore rendezvous here */
+  int32_t master_port;
+  int32_t rank, world_size;
+  int64_t timeout_ms;   /* rendezvous, and each collective; > 0 */
+  int64_t bucket_bytes; /* gradient bucket size; <= 0 = 25 MiB */
+} ort_group_options;
+
+/* Joins the group with m's device's backend (Gloo on CPU, NCCL on CUDA). */
+int ort_group_join(ort_model *m, const ort_group_options *o, ort_group **out, const volatile int32_t *cancel,
+                   char *err, size_t err_len);
+void ort_group_free(ort_group *g);
+/* Writes the backend name ("gloo", "nccl") into name (room for name_len bytes). */
+int ort_group_backend(ort_group *g, char *name, size_t name_len, char *err, size_t err_len);
+/* Overwrites every rank's trainable tensors (full weights, or LoRA adapters
+ * and modules_to_save) with root's. */
+int ort_group_broadcast_trainable(ort_group *g, ort_model *m, int32_t root, const volatile int32_t *cancel, char *err,
+                                  size_t err_len);
+/* Averages the trainable tensors' gradients over the group (one collective
+ * per bucket); call once after the last micro-batch of an optimizer step. */
+int ort_group_allreduce_grads(ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets,
+                              const volatile int32_t *cancel, char *err, size_t err_len);
+/* Reductions of ort_group_allreduce_f64. */
+enum { ORT_REDUCE_SUM = 0, ORT_REDUCE_MIN = 1, ORT_REDUCE_MAX = 2 };
+/* Reduces n doubles element-wise over the group (ORT_REDUCE_*), in place. */
+int ort_group_allreduce_f64(ort_group *g, int32_t op, double *values, size_t n, const volatile int32_t *cancel,
+                            char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

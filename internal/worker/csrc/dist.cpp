@@ -1,0 +1,379 @@
+// dist.cpp: data-parallel training on c10d, the way PyTorch DDP does it but
+// without its Python module (libtorch has no C++ DDP): a TCPStore
+// rendezvous, one process group (Gloo on CPU, NCCL on CUDA), a broadcast of
+// the trainable tensors from one rank, and a bucketed all-reduce of their
+// gradients after the last micro-batch of each optimizer step.
+//
+// Every collective is started asynchronously and polled, so each one has a
+// deadline (the group's timeout) and honours the caller's cancel flag; a
+// dead peer surfaces as the backend's error (Gloo: connection closed). Any
+// failure marks the group broken: the ranks no longer agree on which
+// collective comes next, so a later call fails at once instead of pairing
+// with the wrong peer operation.
+//
+// libtorch 1.13 and 2.x differ here in one way we touch: from 2.0 the
+// backends (ProcessGroupGloo, ProcessGroupNCCL) derive from c10d::Backend
+// rather than c10d::ProcessGroup. Their constructors, Options::create and
+// the collective calls used below are the same in both.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist.h"  // first: model.h defines ORT_TORCH_AT_LEAST
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#if ORT_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+namespace ort {
+
+#if ORT_TORCH_AT_LEAST(2, 0)
+using Collectives = c10d::Backend;
+#else
+using Collectives = c10d::ProcessGroup;
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // DDP's bucket_cap_mb default
+
+std::string what(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+bool cancelled(const volatile int32_t* cancel) { return cancel != nullptr && *cancel != 0; }
+
+}  // namespace
+
+struct Group {
+  // Declared before pg, so destroyed after it: the backend may still use the
+  // store while it shuts down.
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<Collectives> pg;
+  std::string backend;
+  at::Device device{at::kCPU};
+  int rank = 0, size = 1;
+  milliseconds timeout{0};
+  int64_t bucket_bytes = kDefaultBucketBytes;
+  std::string broken;  // why the group is unusable, after a failed collective
+};
+
+namespace {
+
+// fail breaks the group; op names the step ("" when the call does one).
+[[noreturn]] void fail(Group& g, const std::string& op, const std::string& msg) {
+  g.broken = op.empty() ? msg : op + ": " + msg;
+  throw std::runtime_error(g.broken);
+}
+
+void check_usable(const Group& g) {
+  if (!g.broken.empty()) {
+    throw std::runtime_error("process group is broken by an earlier failure (" + g.broken +
+                             "); leave it and join a new one");
+  }
+}
+
+// await polls w until it completes, the group's timeout passes or cancel is
+// set, then rethrows the backend's error, if any.
+void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string& op,
+           const volatile int32_t* cancel) {
+  const auto deadline = Clock::now() + g.timeout;
+  auto pause = std::chrono::microseconds(20);
+  while (!w->isCompleted()) {
+    if (cancelled(cancel)) fail(g, op, "cancelled");
+    if (Clock::now() >= deadline) {
+      fail(g, op, "timed out after " + std::to_string(g.timeout.count()) + " ms (a peer is stalled or gone)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  try {
+    w->wait();
+  } catch (const std::exception& e) {
+    fail(g, op, what(e));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const std::string& op,
+                                               c10d::ReduceOp::RedOpType red = c10d::ReduceOp::SUM) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = red;
+  o.timeout = g.timeout;
+  try {
+    return g.pg->allreduce(v, o);
+  } catch (const std::exception& e) {
+    fail(g, op, what(e));
+  }
+}
+
+#ifdef USE_C10D_GLOO
+// gloo_device picks the interface Gloo binds: GLOO_SOCKET_IFNAME as in
+// torch.distributed, loopback when the master is local, else the address
+// this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& addr) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (addr == "localhost" || addr.rfind("127.", 0) == 0) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+#endif
+
+// Bucket is a run of same-dtype tensors sent as one flat tensor.
+struct Bucket {
+  size_t index = 0;
+  std::vector<at::Tensor> parts;
+  at::Tensor flat;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, int64_t cap) {
+  std::vector<Bucket> out;
+  int64_t bytes = 0;
+  for (const auto& t : ts) {
+    const auto n = static_cast<int64_t>(t.nbytes());
+    if (out.empty() || out.back().parts.front().scalar_type() != t.scalar_type() || bytes + n > cap) {
+      out.emplace_back();
+      out.back().index = out.size() - 1;
+      bytes = 0;
+    }
+    out.back().parts.push_back(t);
+    bytes += n;
+  }
+  return out;
+}
+
+std::string bucket_name(const Bucket& b, size_t n) {
+  return "bucket " + std::to_string(b.index + 1) + " of " + std::to_string(n);
+}
+
+// wire_dtype is what a bucket travels as: Gloo reduces 16-bit floats in
+// fp32 (1.13's Gloo has no bfloat16 kernels, and the average is exacter).
+at::ScalarType wire_dtype(const Group& g, at::ScalarType t) {
+  if (g.backend == "gloo" && (t == at::kBFloat16 || t == at::kHalf)) return at::kFloat;
+  return t;
+}
+
+at::Tensor flatten(const Group& g, const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parts.size());
+  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
+  return at::cat(flat).to(wire_dtype(g, parts.front().scalar_type()));
+}
+
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& parts) {
+  int64_t off = 0;
+  for (auto& p : parts) {
+    p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+}
+
+void check_model(const Group& g, const Model& m) {
+  need_finalized(m);
+  if (m.device != g.device) {
+    throw std::runtime_error("model is on " + m.device.str() + ", the process group on " + g.device.str());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> out;
+#ifdef USE_C10D_GLOO
+  out.push_back("gloo");
+#endif
+#ifdef USE_C10D_NCCL
+  out.push_back("nccl");
+#endif
+  return out;
+}
+
+Group* join_group(const at::Device& device, const ort_group_options& o, const volatile int32_t* cancel) {
+  const std::string addr = o.master_addr != nullptr ? o.master_addr : "";
+  if (addr.empty()) throw std::runtime_error("join process group: master address is empty");
+  if (o.master_port <= 0 || o.master_port > 65535) {
+    throw std::runtime_error("join process group: master port " + std::to_string(o.master_port) + " is not in 1..65535");
+  }
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw std::runtime_error("join process group: rank " + std::to_string(o.rank) + " is not in [0, world size " +
+                             std::to_string(o.world_size) + ")");
+  }
+  if (o.timeout_ms <= 0) throw std::runtime_error("join process group: timeout must be > 0");
+  auto g = std::make_unique<Group>();
+  g->device = device;
+  g->rank = o.rank;
+  g->size = o.world_size;
+  g->timeout = milliseconds(o.timeout_ms);
+  if (o.bucket_bytes > 0) g->bucket_bytes = o.bucket_bytes;
+  const std::string where = addr + ":" + std::to_string(o.master_port);
+  const auto deadline = Clock::now() + g->timeout;
+  auto check_wait = [&](const std::string& state) {
+    if (cancelled(cancel)) throw std::runtime_error("join process group at " + where + ": cancelled (" + state + ")");
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("join process group at " + where + ": timed out after " +
+                               std::to_string(g->timeout.count()) + " ms (" + state + ")");
+    }
+  };
+
+  // Rendezvous: rank 0 serves the store. The others connect in one-second
+  // attempts, so cancel is seen while the master is not up yet (c10d's
+  // socket timeouts count whole seconds: less than one fails at once).
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(o.master_port);
+  so.isServer = o.rank == 0;
+  so.numWorkers = static_cast<size_t>(o.world_size);
+  so.waitWorkers = false;  // the barrier below waits, polling cancel
+  std::string last = "connecting";
+  while (!g->store) {
+    check_wait(last);
+    so.timeout = milliseconds(1000);
+    try {
+      g->store = c10::make_intrusive<c10d::TCPStore>(addr, so);
+    } catch (const std::exception& e) {
+      if (so.isServer) throw std::runtime_error("serve rendezvous at " + where + ": " + what(e));
+      last = "connecting: " + what(e);
+      std::this_thread::sleep_for(milliseconds(250));
+    }
+  }
+  g->store->setTimeout(g->timeout);
+  const std::string key = "ortrain/joined";
+  g->store->add(key, 1);
+  for (int64_t n; (n = g->store->add(key, 0)) < o.world_size;) {
+    check_wait(std::to_string(n) + " of " + std::to_string(o.world_size) + " ranks joined");
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = g->timeout;
+    g->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(g->store, o.rank, o.world_size, opts);
+    g->backend = "nccl";
+#else
+    throw std::runtime_error("join process group: this worker was built without NCCL (needs a CUDA libtorch with "
+                             "ProcessGroupNCCL; rebuild with scripts/build-worker.sh against one)");
+#endif
+  } else {
+#ifdef USE_C10D_GLOO
+    auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
+    opts->devices.push_back(gloo_device(addr));
+    g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, o.rank, o.world_size, opts);
+    g->backend = "gloo";
+#else
+    throw std::runtime_error("join process group: this worker was built without Gloo (c10d ProcessGroupGloo, and "
+                             "gloo headers: libgloo-dev on Debian); rebuild with scripts/build-worker.sh");
+#endif
+  }
+  return g.release();
+}
+
+void free_group(Group* g) { delete g; }
+
+std::string group_backend(const Group& g) { return g.backend; }
+
+void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_t* cancel) {
+  check_usable(g);
+  check_model(g, m);
+  if (root < 0 || root >= g.size) throw std::runtime_error("broadcast: root " + std::to_string(root) + " is not a rank");
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> ts;
+  for (auto& p : trainable(m)) ts.push_back(p.second.detach());
+  auto buckets = make_buckets(ts, g.bucket_bytes);
+  for (auto& b : buckets) {
+    b.flat = flatten(g, b.parts);
+    std::vector<at::Tensor> v{b.flat};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = g.timeout;
+    try {
+      b.work = g.pg->broadcast(v, o);
+    } catch (const std::exception& e) {
+      fail(g, bucket_name(b, buckets.size()), what(e));
+    }
+  }
+  for (auto& b : buckets) {
+    await(g, b.work, bucket_name(b, buckets.size()), cancel);
+    if (g.rank != root) unflatten(b.flat, b.parts);
+  }
+}
+
+void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* nbuckets, const volatile int32_t* cancel) {
+  check_usable(g);
+  check_model(g, m);
+  at::NoGradGuard ng;
+  auto& params = trainable(m);
+  *bytes = 0;
+  *nbuckets = 0;
+  if (params.empty()) return;
+  // A tensor without a gradient on this rank (unused by its micro-batches)
+  // still takes part when another rank has one, as zeros; one that no rank
+  // touched keeps no gradient, so AdamW skips it as in a single process.
+  std::vector<float> has(params.size());
+  for (size_t i = 0; i < params.size(); i++) has[i] = params[i].second.grad().defined() ? 1.f : 0.f;
+  auto any = at::from_blob(has.data(), {static_cast<int64_t>(has.size())}, at::kFloat).clone().to(g.device);
+  auto w = start_allreduce(g, any, "which gradients exist");
+  await(g, w, "which gradients exist", cancel);
+  auto any_cpu = any.to(at::kCPU).contiguous();
+  const float* anyp = any_cpu.data_ptr<float>();
+  std::vector<at::Tensor> grads;
+  for (size_t i = 0; i < params.size(); i++) {
+    if (anyp[i] == 0) continue;
+    auto& p = params[i].second;
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
+    grads.push_back(p.grad());
+  }
+  auto buckets = make_buckets(grads, g.bucket_bytes);
+  for (auto& b : buckets) {
+    b.flat = flatten(g, b.parts);
+    *bytes += b.flat.nbytes();
+    b.work = start_allreduce(g, b.flat, bucket_name(b, buckets.size()));
+  }
+  *nbuckets = static_cast<int32_t>(buckets.size());
+  for (auto& b : buckets) {
+    await(g, b.work, bucket_name(b, buckets.size()), cancel);
+    b.flat.div_(g.size);
+    unflatten(b.flat, b.parts);
+  }
+}
+
+void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel) {
+  check_usable(g);
+  c10d::ReduceOp::RedOpType red;
+  switch (op) {
+    case ORT_REDUCE_SUM: red = c10d::ReduceOp::SUM; break;
+    case ORT_REDUCE_MIN: red = c10d::ReduceOp::MIN; break;
+    case ORT_REDUCE_MAX: red = c10d::ReduceOp::MAX; break;
+    default: throw std::runtime_error("unknown reduction " + std::to_string(op));
+  }
+  if (n == 0) return;
+  auto t = at::from_blob(values, {static_cast<int64_t>(n)}, at::kDouble).clone().to(g.device);
+  auto w = start_allreduce(g, t, "", red);
+  await(g, w, "", cancel);
+  auto out = t.to(at::kCPU).contiguous();
+  std::memcpy(values, out.data_ptr<double>(), n * sizeof(double));
+}
+
+}  // namespace ort

@@ -1,0 +1,32 @@
+// dist.h: data-parallel training on c10d (dist.cpp). Never seen by Go; the
+// entry points in abi.cpp wrap these.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace ort {
+
+struct Group;  // a joined process group (dist.cpp)
+
+// compiled_backends names the c10d backends this build can join ("gloo", "nccl").
+std::vector<std::string> compiled_backends();
+
+// join_group rendezvouses through a TCPStore on o.master_addr:o.master_port
+// (rank 0 serves it) and builds the process group for device: Gloo on CPU,
+// NCCL on CUDA. Polls cancel while waiting for peers.
+Group* join_group(const at::Device& device, const ort_group_options& o, const volatile int32_t* cancel);
+void free_group(Group* g);
+std::string group_backend(const Group& g);
+// broadcast_trainable copies root's trainable tensors into every rank's.
+void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_t* cancel);
+// allreduce_grads averages the trainable tensors' gradients over the group
+// in flat buckets; bytes and buckets report what was sent.
+void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* buckets, const volatile int32_t* cancel);
+// allreduce_f64 reduces values element-wise over the group with op
+// (ORT_REDUCE_*), in place.
+void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel);
+
+}  // namespace ort

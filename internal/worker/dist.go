@@ -1,0 +1,272 @@
+package worker
+
+/*
+#include <stdlib.h>
+#include "dlapi.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// DefaultDistTimeout bounds the rendezvous and each collective when
+// DistOptions.Timeout is 0. It is torch.distributed's default: a rank waits
+// at the step's first collective while the slowest rank still rolls out, so
+// the timeout must exceed the spread of rollout times. A peer that dies is
+// noticed sooner (Gloo: its connection closes).
+const DefaultDistTimeout = 30 * time.Minute
+
+// DefaultBucketBytes is the gradient bucket size when
+// DistOptions.BucketBytes is 0 (PyTorch DDP's bucket_cap_mb = 25).
+const DefaultBucketBytes = 25 << 20
+
+// DistOptions say how a rank joins a data-parallel process group: the
+// launcher's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
+type DistOptions struct {
+	// Addr and Port are the rendezvous: rank 0 serves a c10d TCPStore there
+	// and the other ranks connect to it.
+	Addr string
+	Port int
+	// Rank is this process's index in [0, WorldSize).
+	Rank, WorldSize int
+	// Timeout bounds the rendezvous and every collective: a peer that stays
+	// away longer, or dies, makes the call fail instead of hang. 0 means
+	// DefaultDistTimeout.
+	Timeout time.Duration
+	// BucketBytes caps the bytes of one gradient all-reduce; 0 means
+	// DefaultBucketBytes.
+	BucketBytes int64
+}
+
+// Group is a joined data-parallel process group (c10d: Gloo on CPU, NCCL on
+// CUDA) bound to one model. Every rank must call the same collectives in the
+// same order. After a collective fails (peer gone, timeout, cancelled
+// context) the group is broken: the ranks no longer agree on what comes
+// next, so every later collective fails at once; Close it and end the run.
+type Group struct {
+	mu      sync.Mutex
+	m       *Model
+	h       *C.ort_group
+	opts    DistOptions
+	backend string
+}
+
+// GradSyncStats describe one gradient all-reduce.
+type GradSyncStats struct {
+	Bytes   int64 // bytes each rank all-reduced, as sent (Gloo sends 16-bit floats as float32)
+	Buckets int   // collectives, one per bucket
+}
+
+func (o DistOptions) resolve() (DistOptions, error) {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultDistTimeout
+	}
+	if o.BucketBytes == 0 {
+		o.BucketBytes = DefaultBucketBytes
+	}
+	switch {
+	case o.Addr == "":
+		return o, fmt.Errorf("master address is empty")
+	case o.Port < 1 || o.Port > 65535:
+		return o, fmt.Errorf("master port %d is not in 1..65535", o.Port)
+	case o.WorldSize < 1:
+		return o, fmt.Errorf("world size %d must be >= 1", o.WorldSize)
+	case o.Rank < 0 || o.Rank >= o.WorldSize:
+		return o, fmt.Errorf("rank %d is not in [0, %d)", o.Rank, o.WorldSize)
+	case o.Timeout < time.Millisecond:
+		return o, fmt.Errorf("timeout %v must be >= 1ms", o.Timeout)
+	case o.BucketBytes < 0:
+		return o, fmt.Errorf("bucket bytes %d must be >= 0", o.BucketBytes)
+	}
+	return o, nil
+}
+
+// JoinGroup joins the process group of o through its rendezvous, with the
+// backend of the model's device. It returns when all o.WorldSize ranks have
+// joined, or fails after o.Timeout or when ctx is done. Broadcast the
+// trainable tensors next (BroadcastTrainable) unless every rank loaded the
+// same weights and LoRA initialisation.
+func (m *Model) JoinGroup(ctx context.Context, o DistOptions) (*Group, error) {
+	o, err := o.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("join process group: %w", err)
+	}
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var ar arena
+	defer ar.free()
+	co := C.ort_group_options{
+		master_addr: ar.cstring(o.Addr), master_port: C.int32_t(o.Port),
+		rank: C.int32_t(o.Rank), world_size: C.int32_t(o.WorldSize),
+		timeout_ms: C.int64_t(o.Timeout.Milliseconds()), bucket_bytes: C.int64_t(o.BucketBytes),
+	}
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	var h *C.ort_group
+	what := fmt.Sprintf("join process group at %s:%d as rank %d of %d", o.Addr, o.Port, o.Rank, o.WorldSize)
+	err = m.call(eb, what, func() C.int { return C.ort_call_group_join(m.api, m.h, &co, &h, cf.p, eb.p, errLen) })
+	if err := callErr(ctx, err); err != nil {
+		return nil, err
+	}
+	g := &Group{m: m, h: h, opts: o}
+	const nameRoom = 64
+	namep, _ := carray[byte](&ar, nameRoom)
+	if err := m.call(eb, "process group backend", func() C.int {
+		return C.ort_call_group_backend(m.api, h, (*C.char)(namep), nameRoom, eb.p, errLen)
+	}); err != nil {
+		g.close()
+		return nil, err
+	}
+	g.backend = C.GoString((*C.char)(namep))
+	return g, nil
+}
+
+// Rank is this process's rank.
+func (g *Group) Rank() int { return g.opts.Rank }
+
+// WorldSize is the number of ranks.
+func (g *Group) WorldSize() int { return g.opts.WorldSize }
+
+// Backend names the c10d backend: "gloo" or "nccl".
+func (g *Group) Backend() string { return g.backend }
+
+// begin locks the group and its model, as Model.begin.
+func (g *Group) begin(ctx context.Context) (func(), error) {
+	g.mu.Lock()
+	if g.h == nil {
+		g.mu.Unlock()
+		return nil, ErrClosed
+	}
+	unlock, err := g.m.begin(ctx)
+	if err != nil {
+		g.mu.Unlock()
+		return nil, err
+	}
+	return func() { unlock(); g.mu.Unlock() }, nil
+}
+
+// BroadcastTrainable overwrites every rank's trainable tensors (all weights
+// with full fine-tuning; the LoRA adapters and modules_to_save copies with
+// LoRA) with rank 0's, so the ranks start identical even when their LoRA
+// initialisation or seeds differ. Frozen weights are not sent: every rank
+// loads them from the same checkpoint.
+func (g *Group) BroadcastTrainable(ctx context.Context) error {
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	err = g.m.call(eb, "broadcast trainable tensors", func() C.int {
+		return C.ort_call_group_broadcast_trainable(g.m.api, g.h, g.m.h, 0, cf.p, eb.p, errLen)
+	})
+	return callErr(ctx, err)
+}
+
+// AllReduceGrads averages the trainable tensors' accumulated gradients over
+// the ranks, in flat buckets of at most BucketBytes (one collective each).
+// Call it once per optimizer step, after the last micro-batch's
+// ForwardBackward and before OptimizerStep; never between accumulation
+// micro-batches. With LoRA only the adapters' and modules_to_save's
+// gradients exist, so only they are sent.
+func (g *Group) AllReduceGrads(ctx context.Context) (GradSyncStats, error) {
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return GradSyncStats{}, err
+	}
+	defer unlock()
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	var bytes C.int64_t
+	var buckets C.int32_t
+	err = g.m.call(eb, "all-reduce gradients", func() C.int {
+		return C.ort_call_group_allreduce_grads(g.m.api, g.h, g.m.h, &bytes, &buckets, cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
+		return GradSyncStats{}, err
+	}
+	return GradSyncStats{Bytes: int64(bytes), Buckets: int(buckets)}, nil
+}
+
+// Reduction is an element-wise reduction over the ranks.
+type Reduction int32
+
+const (
+	ReduceSum Reduction = 0
+	ReduceMin Reduction = 1
+	ReduceMax Reduction = 2
+)
+
+var reductionNames = map[Reduction]string{ReduceSum: "sum", ReduceMin: "min", ReduceMax: "max"}
+
+// AllReduceSum returns the element-wise sum of values over the ranks: the
+// round's active-token count before the loss (so dapo's normaliser is
+// global: MicroBatch.RoundTokens = max(1, sum)/WorldSize), and metric sums
+// and counts after it. Every rank must pass the same number of values.
+func (g *Group) AllReduceSum(ctx context.Context, values []float64) ([]float64, error) {
+	return g.AllReduce(ctx, ReduceSum, values)
+}
+
+// AllReduce returns the element-wise reduction of values over the ranks:
+// ReduceMin and ReduceMax for extremes such as LossStats.ClipLowMin and
+// ClipHighMax. Every rank must pass the same number of values.
+func (g *Group) AllReduce(ctx context.Context, op Reduction, values []float64) ([]float64, error) {
+	name, ok := reductionNames[op]
+	if !ok {
+		return nil, fmt.Errorf("all-reduce: unknown reduction %d", op)
+	}
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := append(make([]float64, 0, max(len(values), 1)), values...)
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	// out holds no Go pointers, so the worker may write into it.
+	err = g.m.call(eb, "all-reduce "+name, func() C.int {
+		return C.ort_call_group_allreduce_f64(g.m.api, g.h, C.int32_t(op), (*C.double)(unsafe.Pointer(unsafe.SliceData(out))),
+			C.size_t(len(out)), cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close leaves the group: it waits for the backend's threads (at most the
+// timeout, when a collective is still pending after a failure) and frees
+// it. Later calls return ErrClosed. Close the group before its model's
+// library.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.close()
+}
+
+func (g *Group) close() error {
+	if g.h == nil {
+		return nil
+	}
+	h := g.h
+	g.h = nil
+	_, err := g.m.lib.run(func() C.int { C.ort_call_group_free(g.m.api, h); return 0 })
+	return err
+}
