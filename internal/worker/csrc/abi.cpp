@@ -327,6 +327,8 @@ int ort_decoder_get_stats(ort_decoder* d, ort_decoder_stats* stats, char* err, s
     if (stats == nullptr) throw std::runtime_error("decoder stats: nil output");
     *stats = ort::decoder_stats(decoder(d));
   });
+}
+
 int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, const volatile int32_t* cancel,
                    char* err, size_t err_len) {
   return guard(err, err_len, [&] {
