@@ -251,6 +251,45 @@ func (g *Group) AllReduce(ctx context.Context, op Reduction, values []float64) (
 	return out, nil
 }
 
+// AllGather collects every rank's bytes, in rank order (each rank passes
+// its own; the result is the same on every rank). Two collectives: the
+// sizes, then the zero-padded bytes.
+func (g *Group) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
+	sizes := make([]float64, g.WorldSize())
+	sizes[g.Rank()] = float64(len(data))
+	sizes, err := g.AllReduce(ctx, ReduceSum, sizes)
+	if err != nil {
+		return nil, fmt.Errorf("all-gather sizes: %w", err)
+	}
+	maxN := 0
+	for _, s := range sizes {
+		maxN = max(maxN, int(s))
+	}
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make([]byte, maxN*len(sizes))
+	cf := watchCancel(ctx)
+	defer cf.stop()
+	eb := newErrBuf()
+	defer eb.free()
+	// data and out hold no Go pointers, so the worker may read and write them.
+	err = g.m.call(eb, "all-gather", func() C.int {
+		return C.ort_call_group_allgather(g.m.api, g.h, unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)), C.size_t(maxN),
+			unsafe.Pointer(unsafe.SliceData(out)), C.size_t(len(out)), cf.p, eb.p, errLen)
+	})
+	if err := callErr(ctx, err); err != nil {
+		return nil, err
+	}
+	parts := make([][]byte, len(sizes))
+	for r, s := range sizes {
+		parts[r] = out[r*maxN : r*maxN+int(s) : r*maxN+int(s)]
+	}
+	return parts, nil
+}
+
 // Close leaves the group: it waits for the backend's threads (at most the
 // timeout, when a collective is still pending after a failure) and frees
 // it. Later calls return ErrClosed. Close the group before its model's

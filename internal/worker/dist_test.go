@@ -156,6 +156,12 @@ func offPolicyRows(rng *rand.Rand, n, vocab int) []grpo.Row {
 	return rows
 }
 
+// rankGreeting is rank's contribution to the all-gather tests: a length
+// that differs per rank, with a zero byte inside.
+func rankGreeting(rank int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("rank %d\x00", rank)), rank+2)
+}
+
 // rankExtremes reduces (rank + 0.5, -rank) to its minimum and maximum over
 // the ranks.
 func rankExtremes(ctx context.Context, g *Group) (lo, hi []float64, err error) {
@@ -189,6 +195,10 @@ func TestDistRankProcess(t *testing.T) {
 		_, _, err := trainRanks(ctx, m, g, job.Loss, job.Rank, job.World)
 		require.NoError(t, err)
 		_, _, err = rankExtremes(ctx, g)
+		require.NoError(t, err)
+		_, err = g.AllGather(ctx, rankGreeting(job.Rank))
+		require.NoError(t, err)
+		_, err = g.AllGather(ctx, nil)
 		require.NoError(t, err)
 	case "bench":
 		require.NoError(t, benchRank(ctx, m, g))
@@ -381,6 +391,12 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []float64{0.5, -1}, lo)
 			assert.Equal(t, []float64{1.5, 0}, hi)
+			parts, err := g.AllGather(ctx, rankGreeting(0))
+			require.NoError(t, err)
+			assert.Equal(t, [][]byte{rankGreeting(0), rankGreeting(1)}, parts, "bytes of every rank, in rank order")
+			parts, err = g.AllGather(ctx, nil)
+			require.NoError(t, err)
+			assert.Equal(t, [][]byte{{}, {}}, parts)
 			require.NoError(t, peer.wait(time.Minute), "rank 1")
 
 			kind := KindWeight

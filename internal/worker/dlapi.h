@@ -39,6 +39,7 @@ typedef struct {
   int (*group_broadcast_trainable)(ort_group *, ort_model *, int32_t, const volatile int32_t *, char *, size_t);
   int (*group_allreduce_grads)(ort_group *, ort_model *, int64_t *, int32_t *, const volatile int32_t *, char *, size_t);
   int (*group_allreduce_f64)(ort_group *, int32_t, double *, size_t, const volatile int32_t *, char *, size_t);
+  int (*group_allgather)(ort_group *, const void *, size_t, size_t, void *, size_t, const volatile int32_t *, char *, size_t);
 } ort_api;
 
 static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n) {
@@ -82,6 +83,7 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(group_broadcast_trainable, "ort_group_broadcast_trainable")
   ORT_SYM(group_allreduce_grads, "ort_group_allreduce_grads")
   ORT_SYM(group_allreduce_f64, "ort_group_allreduce_f64")
+  ORT_SYM(group_allgather, "ort_group_allgather")
 #undef ORT_SYM
   return 0;
 }
@@ -113,5 +115,6 @@ static inline void ort_call_group_free(ort_api *a, ort_group *g) { a->group_free
 static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, size_t nn, char *e, size_t en) { return a->group_backend(g, nm, nn, e, en); }
 static inline int ort_call_group_broadcast_trainable(ort_api *a, ort_group *g, ort_model *m, int32_t root, const volatile int32_t *c, char *e, size_t en) { return a->group_broadcast_trainable(g, m, root, c, e, en); }
 static inline int ort_call_group_allreduce_grads(ort_api *a, ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_grads(g, m, bytes, buckets, c, e, en); }
+static inline int ort_call_group_allgather(ort_api *a, ort_group *g, const void *d, size_t n, size_t mx, void *o, size_t oc, const volatile int32_t *c, char *e, size_t en) { return a->group_allgather(g, d, n, mx, o, oc, c, e, en); }
 static inline int ort_call_group_allreduce_f64(ort_api *a, ort_group *g, int32_t op, double *v, size_t n, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_f64(g, op, v, n, c, e, en); }
 #endif

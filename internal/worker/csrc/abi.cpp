@@ -371,4 +371,12 @@ int ort_group_allreduce_f64(ort_group* g, int32_t op, double* values, size_t n, 
   return guard(err, err_len, [&] { ort::allreduce_f64(group(g), op, values, n, cancel); });
 }
 
+int ort_group_allgather(ort_group* g, const void* data, size_t n, size_t max_n, void* out, size_t out_cap,
+                        const volatile int32_t* cancel, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (data == nullptr && n > 0) throw std::runtime_error("all-gather: nil input");
+    ort::allgather_bytes(group(g), data, n, max_n, out, out_cap, cancel);
+  });
+}
+
 }  // extern "C"

@@ -376,4 +376,34 @@ void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatil
   std::memcpy(values, out.data_ptr<double>(), n * sizeof(double));
 }
 
+void allgather_bytes(Group& g, const void* data, size_t n, size_t max_n, void* out, size_t out_cap,
+                     const volatile int32_t* cancel) {
+  check_usable(g);
+  if (n > max_n) throw std::runtime_error("all-gather: " + std::to_string(n) + " bytes exceed the agreed maximum " + std::to_string(max_n));
+  const size_t need = max_n * static_cast<size_t>(g.size);
+  if (out == nullptr || out_cap < need) {
+    throw std::runtime_error("all-gather: the output has room for " + std::to_string(out_cap) + " bytes, " + std::to_string(need) + " needed");
+  }
+  if (max_n == 0) return;
+  const auto bytes = at::TensorOptions().dtype(at::kByte);
+  auto mine = at::zeros({static_cast<int64_t>(max_n)}, bytes);
+  if (n > 0) std::memcpy(mine.data_ptr(), data, n);
+  std::vector<at::Tensor> in{mine.to(g.device)};
+  std::vector<std::vector<at::Tensor>> outs(1);
+  for (int r = 0; r < g.size; r++) outs[0].push_back(at::empty({static_cast<int64_t>(max_n)}, bytes.device(g.device)));
+  c10d::AllgatherOptions o;
+  o.timeout = g.timeout;
+  c10::intrusive_ptr<c10d::Work> w;
+  try {
+    w = g.pg->allgather(outs, in, o);
+  } catch (const std::exception& e) {
+    fail(g, "all-gather", what(e));
+  }
+  await(g, w, "all-gather", cancel);
+  for (int r = 0; r < g.size; r++) {
+    auto t = outs[0][r].to(at::kCPU).contiguous();
+    std::memcpy(static_cast<char*>(out) + static_cast<size_t>(r) * max_n, t.data_ptr(), max_n);
+  }
+}
+
 }  // namespace ort

@@ -28,5 +28,9 @@ void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* buckets, const
 // allreduce_f64 reduces values element-wise over the group with op
 // (ORT_REDUCE_*), in place.
 void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel);
+// allgather_bytes gathers every rank's n bytes (n <= max_n, max_n the same on
+// every rank) into out, rank r's at r*max_n, zero-padded to max_n.
+void allgather_bytes(Group& g, const void* data, size_t n, size_t max_n, void* out, size_t out_cap,
+                     const volatile int32_t* cancel);
 
 }  // namespace ort

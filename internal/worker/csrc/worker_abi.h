@@ -283,6 +283,11 @@ enum { ORT_REDUCE_SUM = 0, ORT_REDUCE_MIN = 1, ORT_REDUCE_MAX = 2 };
 /* Reduces n doubles element-wise over the group (ORT_REDUCE_*), in place. */
 int ort_group_allreduce_f64(ort_group *g, int32_t op, double *values, size_t n, const volatile int32_t *cancel,
                             char *err, size_t err_len);
+/* Gathers n bytes from every rank into out: rank r's at r*max_n, zero-padded
+ * to max_n, which every rank passes the same (all-reduce the sizes first);
+ * out has room for out_cap >= world_size*max_n bytes. */
+int ort_group_allgather(ort_group *g, const void *data, size_t n, size_t max_n, void *out, size_t out_cap,
+                        const volatile int32_t *cancel, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }
