@@ -29,7 +29,7 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 		return s, nil
 	}
 	if cfg.Engine.Kind != "vllm" {
-		return newBuiltinEngine(ctx, cfg, policy, log)
+		return newBuiltinEngine(ctx, cfg, policy.m, log)
 	}
 	export := policy.m.SaveHF
 	if cfg.GRPO.LoRA.Enabled {
@@ -85,12 +85,12 @@ func vllmOptions(cfg *config.Config, modelDir string, export engine.WeightExport
 // newBuiltinEngine batches concurrent rollouts' requests into the worker:
 // continuously (engine.batching continuous, keeping each rollout's KV cache
 // between turns within engine.kv_cache_budget) or statically.
-func newBuiltinEngine(ctx context.Context, cfg *config.Config, policy *workerPolicy, log zerolog.Logger) (*engine.Builtin, error) {
+func newBuiltinEngine(ctx context.Context, cfg *config.Config, m *worker.Model, log zerolog.Logger) (*engine.Builtin, error) {
 	opts := engine.BuiltinOptions{
 		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
 	}
 	if cfg.Engine.Batching == "static" {
-		return engine.NewBuiltin(engine.WorkerSampler{Model: policy.m}, opts), nil
+		return engine.NewBuiltin(engine.WorkerSampler{Model: m}, opts), nil
 	}
 	budget, err := cfg.Engine.KVCacheBudgetBytes()
 	if err != nil {
@@ -98,7 +98,7 @@ func newBuiltinEngine(ctx context.Context, cfg *config.Config, policy *workerPol
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	dec, err := policy.m.NewDecoder(dctx, worker.DecoderOptions{KVCacheBudget: budget})
+	dec, err := m.NewDecoder(dctx, worker.DecoderOptions{KVCacheBudget: budget})
 	if err != nil {
 		return nil, fmt.Errorf("start builtin engine: %w", err)
 	}

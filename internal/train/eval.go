@@ -96,7 +96,7 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 	}
 	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger, adapterDir: target.adapter,
 		engine: func(ctx context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
-			return newBuiltinEngine(ctx, cfg, p, eo.Logger)
+			return newBuiltinEngine(ctx, cfg, p.m, eo.Logger)
 		},
 	})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -66,9 +65,10 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 	}
 	rss := residentBytes() - rss0
 	log.Info().Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Int("threads", opts.Threads).Msg("async: sampling with a copy of the policy")
-	s.Builtin = engine.NewBuiltin(engine.WorkerSampler{Model: m}, engine.BuiltinOptions{
-		MaxBatch: cfg.Engine.MaxBatchSize, Linger: 5 * time.Millisecond, Timeout: cfg.Engine.GenerateTimeout, Logger: log,
-	})
+	// The copy batches as the synchronous engine does (engine.batching).
+	if s.Builtin, err = newBuiltinEngine(ctx, cfg, m, log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
