@@ -28,7 +28,7 @@ type EvalOptions struct {
 
 // runOnlyFlags are run's config flags that mean nothing to an eval (it
 // neither trains nor uses vLLM), kept off eval's flag set and --help.
-var runOnlyFlags = []string{"max-steps", "learning-rate", "per-device-train-batch-size", "loss-type", "engine"}
+var runOnlyFlags = []string{"max-steps", "learning-rate", "per-device-train-batch-size", "loss-type", "engine", "max-off-policy-steps"}
 
 func newEvalCmd(deps *Deps, runF func(context.Context, *EvalOptions) error) *cobra.Command {
 	opts := &EvalOptions{Run: RunOptions{IO: deps.IO, Getenv: deps.Getenv, Flags: map[string]*pflag.Flag{}}}

@@ -54,6 +54,7 @@ var configFlags = []struct {
 	{"grpo.temperature", "temperature", "sampling temperature", "float"},
 	{"worker.device", "device", "trainer device: cpu, cuda or cuda:N", "string"},
 	{"engine.kind", "engine", "generation backend: builtin or vllm", "string"},
+	{"async.max_off_policy_steps", "max-off-policy-steps", "generate rounds this many steps ahead of training (0: synchronous)", "int"},
 }
 
 // addConfigFlags registers configFlags (but the names in except) on fs

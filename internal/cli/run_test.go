@@ -51,6 +51,8 @@ func TestRunPrintConfigAndValidation(t *testing.T) {
 		// Issue 14, bug 5: a preset creates a model only at the config's own path.
 		{"--model drops the quickstart's preset", []string{"run", "--print-config", "--model", "Qwen/Qwen3-4B"}, nil, ExitOK,
 			[]string{"model: Qwen/Qwen3-4B", "init_model_preset: \"\""}, nil},
+		{"async flag", []string{"run", "--print-config", "--max-off-policy-steps", "1"}, nil, ExitOK,
+			[]string{"max_off_policy_steps: 1"}, nil},
 		{"bad value is a usage error naming the field", []string{"run", "--loss-type", "ppo"}, nil, ExitUsage,
 			nil, []string{"grpo.loss_type", `"ppo"`, "dapo"}},
 		{"bad env var names the variable", []string{"run", "--print-config"}, map[string]string{"ORTRAIN_SEED": "x"}, ExitUsage,
@@ -208,7 +210,7 @@ func TestEvalHelpListsOnlyEvalFlags(t *testing.T) {
 	for _, f := range []string{"--eval-dir", "--num-generations", "--pass-threshold", "--model", "--split", "--num-tasks", "--temperature"} {
 		assert.Contains(t, out, f)
 	}
-	for _, f := range []string{"--max-steps", "--learning-rate", "--per-device-train-batch-size", "--loss-type", "--engine", "--resume", "--overwrite"} {
+	for _, f := range []string{"--max-steps", "--learning-rate", "--per-device-train-batch-size", "--loss-type", "--engine", "--max-off-policy-steps", "--resume", "--overwrite"} {
 		assert.NotContains(t, out, f)
 	}
 	code, _, errOut = execCLI(t, nil, "eval", "--learning-rate", "0.1")

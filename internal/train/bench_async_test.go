@@ -27,6 +27,12 @@ import (
 // of the synchronous step time to the async one (min, median, max over the
 // rounds), which it also reports as the sync/async metric. Run it with
 // scripts/bench-async.
+//
+// What to expect: with N = 1 the next round (rollout time R: generation,
+// the env's latency, the sampler's scoring pass) overlaps the current
+// step's training (T, with the trainer's old-log-prob pass), so a step
+// takes about max(R, T) instead of R + T; the ratio is at most (R+T)/max(R,T),
+// and lower where both models share too few cores.
 func BenchmarkAsyncOverlap(b *testing.B) {
 	if _, _, err := findWorker(); err != nil {
 		b.Skipf("worker library not built: %v", err)
