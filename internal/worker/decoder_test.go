@@ -338,3 +338,34 @@ func TestDecoderLongPromptMatchesStatic(t *testing.T) {
 	res := decodeAll(t, d, map[int][]DecodeRequest{0: {{SampleRequest: reqs[0]}, {SampleRequest: reqs[1]}}})
 	requireSameSamples(t, want, []*SampleResult{res[1], res[2]})
 }
+
+// TestDecoderMixedAdd: one add holding a next turn (a short suffix after a
+// parked prefix), a new long prompt and a copy of it gives the static
+// sampler's tokens for each; the two prefills run in separate batches.
+func TestDecoderMixedAdd(t *testing.T) {
+	m := loadTiny(t, ModelOptions{})
+	ctx := context.Background()
+	d := newDecoder(t, m, 1<<30)
+	turn1 := SampleRequest{PromptIDs: []int32{1, 60, 61, 62}, MaxNewTokens: 6, Temperature: 1, Seed: 3}
+	first := only(t, decodeAll(t, d, map[int][]DecodeRequest{0: {{SampleRequest: turn1, CacheKey: "a"}}}))
+	long := make([]int32, 300)
+	for i := range long {
+		long[i] = int32(1 + (i*13)%250)
+	}
+	reqs := []SampleRequest{
+		{PromptIDs: concat(turn1.PromptIDs, first.IDs, []int32{7, 8}), MaxNewTokens: 5, Temperature: 1, Seed: 4},
+		{PromptIDs: long, MaxNewTokens: 7, Temperature: 0.9, TopP: 0.95, Seed: 5},
+		{PromptIDs: long, MaxNewTokens: 7, Temperature: 0.9, TopP: 0.95, Seed: 6},
+	}
+	want, err := m.Sample(ctx, reqs)
+	require.NoError(t, err)
+	before, err := d.Stats(ctx)
+	require.NoError(t, err)
+	res := decodeAll(t, d, map[int][]DecodeRequest{0: {{SampleRequest: reqs[0], CacheKey: "a"}, {SampleRequest: reqs[1], CacheKey: "b"}, {SampleRequest: reqs[2]}}})
+	requireSameSamples(t, want, []*SampleResult{res[2], res[3], res[4]})
+	after, err := d.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(turn1.PromptIDs)+len(first.IDs)-1), after.ReusedTokens-before.ReusedTokens)
+	assert.Equal(t, int64(3+len(long)), after.PrefillTokens-before.PrefillTokens)
+	assert.Equal(t, int64(len(long)), after.SharedTokens-before.SharedTokens)
+}

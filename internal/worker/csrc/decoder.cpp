@@ -207,6 +207,12 @@ struct Decoder {
     }
   }
 
+  // todo_len is how many prompt tokens the g-th leader of an add (in slot
+  // before + g) still has to run.
+  int64_t todo_len(const std::vector<int64_t>& from, size_t g, int64_t before) const {
+    return static_cast<int64_t>(rows[before + static_cast<int64_t>(g)].prompt.size()) - from[g];
+  }
+
   void add(const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
            const volatile int32_t* cancel) {
     at::NoGradGuard ng;
@@ -240,38 +246,56 @@ struct Decoder {
       }
       return -1;
     };
-    std::vector<int32_t> followers;
-    std::vector<int64_t> from;
+    std::vector<int32_t> followers, leaders;
+    std::vector<int64_t> reuse(n, 0);
     for (int32_t j = 0; j < n; j++) {
       Seq& s = fresh[j];
-      auto hit = s.key.empty() ? parked.end() : parked.find(s.key);
-      const bool follows = twin_of(s.prompt, static_cast<int64_t>(rows.size())) >= 0;
+      bool follows = twin_of(s.prompt, before) >= 0;
+      for (int32_t l : leaders) follows = follows || fresh[l].prompt == s.prompt;
       if (follows) {
         followers.push_back(j);
-      } else {
-        const int64_t i = static_cast<int64_t>(rows.size());
-        const int64_t P = static_cast<int64_t>(s.prompt.size());
-        int64_t reuse = 0;
-        if (hit != parked.end()) {
-          // Keys/values at position j depend on tokens 0..j only, so any
-          // matching prefix is reusable; at least one token is run to get
-          // the hidden state that predicts the first new token.
-          const auto& ct = hit->second.tokens;
-          const int64_t limit = std::min<int64_t>(static_cast<int64_t>(ct.size()), P - 1);
-          while (reuse < limit && ct[reuse] == s.prompt[reuse]) reuse++;
-          for (size_t l = 0; l < k.size() && reuse > 0; l++) {
-            k[l][i].narrow(1, 0, reuse).copy_(hit->second.k[l].narrow(1, 0, reuse));
-            v[l][i].narrow(1, 0, reuse).copy_(hit->second.v[l].narrow(1, 0, reuse));
-          }
-          stats.reused_tokens += reuse;
-        }
-        from.push_back(reuse);
-        rows.push_back(std::move(s));
+        continue;
       }
-      // The row parks again under its key when it finishes.
-      if (hit != parked.end()) drop_parked(hit);
+      leaders.push_back(j);
+      auto hit = s.key.empty() ? parked.end() : parked.find(s.key);
+      if (hit != parked.end()) {
+        // Keys/values at position j depend on tokens 0..j only, so any
+        // matching prefix is reusable; at least one token is run to get
+        // the hidden state that predicts the first new token.
+        const auto& ct = hit->second.tokens;
+        const int64_t limit = std::min<int64_t>(static_cast<int64_t>(ct.size()), static_cast<int64_t>(s.prompt.size()) - 1);
+        while (reuse[j] < limit && ct[reuse[j]] == s.prompt[reuse[j]]) reuse[j]++;
+      }
     }
-    prefill(before, from, cancel);
+    // Longest prefill first, so each padded batch below holds prompts of
+    // similar length: a new 900-token prompt and a 20-token next turn are
+    // not padded to one length.
+    auto todo = [&](int32_t j) { return static_cast<int64_t>(fresh[j].prompt.size()) - reuse[j]; };
+    std::stable_sort(leaders.begin(), leaders.end(), [&](int32_t x, int32_t y) { return todo(x) > todo(y); });
+    std::vector<int64_t> from;
+    for (int32_t j : leaders) {
+      const int64_t i = static_cast<int64_t>(rows.size());
+      Seq& s = fresh[j];
+      if (reuse[j] > 0) {
+        const auto& hit = parked.at(s.key);
+        for (size_t l = 0; l < k.size(); l++) {
+          k[l][i].narrow(1, 0, reuse[j]).copy_(hit.k[l].narrow(1, 0, reuse[j]));
+          v[l][i].narrow(1, 0, reuse[j]).copy_(hit.v[l].narrow(1, 0, reuse[j]));
+        }
+        stats.reused_tokens += reuse[j];
+      }
+      from.push_back(reuse[j]);
+      rows.push_back(std::move(s));
+    }
+    // Every row parks again under its key when it finishes.
+    for (int64_t i = before; i < static_cast<int64_t>(rows.size()); i++) forget(rows[i].key);
+    for (int32_t j : followers) forget(fresh[j].key);
+    for (size_t g0 = 0; g0 < leaders.size();) {
+      size_t g1 = g0 + 1;
+      while (g1 < leaders.size() && 2 * todo_len(from, g1, before) >= todo_len(from, g0, before)) g1++;
+      prefill(before + static_cast<int64_t>(g0), std::vector<int64_t>(from.begin() + g0, from.begin() + g1), cancel);
+      g0 = g1;
+    }
     for (int64_t i = before; i < static_cast<int64_t>(rows.size()); i++) {
       rows[i].prompt_h = h[i].clone();
       rows[i].tokens = rows[i].prompt;
