@@ -41,11 +41,14 @@ install: build
 demo: setup build
 	$(BIN) run --overwrite
 
-# bench: Go benchmarks (ORS round trips, tokenizer, rendering) and the
-# worker's CPU throughput against PyTorch eager.
+# bench: the Go micro-benchmarks (ORS round trips, tokenizer, rendering,
+# rewards, the worker's step, sampling and all-reduce), then scripts/bench-step:
+# every issue-13 ratio (training step vs PyTorch eager, sampling vs a PyTorch
+# KV-cache loop, continuous vs static batching, async vs sync) measured
+# side by side in alternating rounds, with per-phase step times.
 bench:
-	$(GO) test -run '^$$' -bench . ./...
-	scripts/bench-worker
+	$(GO) test -run '^$$' -bench . -skip 'MultiTurnEcho|AsyncOverlap' ./...
+	scripts/bench-step
 
 clean:
 	rm -rf bin build
