@@ -17,7 +17,7 @@ import (
 // so a renumbering on either side stops the build.
 
 // ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 3
+const ABIVersion = 4
 
 const (
 	_ = uint(ABIVersion-C.ORT_ABI_VERSION) + uint(C.ORT_ABI_VERSION-ABIVersion)
@@ -44,6 +44,10 @@ const (
 	_ = uint(grpo.ISCorrectionTokenMask-C.ORT_IS_TOKEN_MASK) + uint(C.ORT_IS_TOKEN_MASK-grpo.ISCorrectionTokenMask)
 	_ = uint(grpo.ISCorrectionSequenceTruncate-C.ORT_IS_SEQUENCE_TRUNCATE) + uint(C.ORT_IS_SEQUENCE_TRUNCATE-grpo.ISCorrectionSequenceTruncate)
 	_ = uint(grpo.ISCorrectionSequenceMask-C.ORT_IS_SEQUENCE_MASK) + uint(C.ORT_IS_SEQUENCE_MASK-grpo.ISCorrectionSequenceMask)
+
+	_ = uint(LogprobAuto-C.ORT_LOGPROB_AUTO) + uint(C.ORT_LOGPROB_AUTO-LogprobAuto)
+	_ = uint(LogprobRecompute-C.ORT_LOGPROB_RECOMPUTE) + uint(C.ORT_LOGPROB_RECOMPUTE-LogprobRecompute)
+	_ = uint(LogprobFused-C.ORT_LOGPROB_FUSED) + uint(C.ORT_LOGPROB_FUSED-LogprobFused)
 
 	_ = uint(StopToken-C.ORT_STOP_TOKEN) + uint(C.ORT_STOP_TOKEN-StopToken)
 	_ = uint(StopLength-C.ORT_STOP_LENGTH) + uint(C.ORT_STOP_LENGTH-StopLength)
