@@ -1,8 +1,10 @@
 // Command benchworker measures the libtorch worker on one model directory:
 // training-step and sampling throughput and peak RSS, printed as one JSON
 // line. With --logprobs it instead prints the worker's log-probs for rows
-// read from a JSON file (used by scripts/check-transformers). It is run by
-// scripts/bench-worker, one process per model so peak RSS is per model.
+// read from a JSON file (used by scripts/check-transformers); with --init it
+// writes a random model from a preset (with --vocab, a vocabulary of that
+// size) into --model. It is run by scripts/bench-worker, one process per
+// model so peak RSS is per model.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -25,6 +28,9 @@ type options struct {
 	rows, promptLen, complLen      int
 	steps, newTokens, threads      int
 	checkpointing                  bool
+	initPreset                     string
+	vocab                          int
+	logprobPath                    string
 }
 
 type result struct {
@@ -34,6 +40,8 @@ type result struct {
 	Threads           int     `json:"threads"`
 	Libtorch          string  `json:"libtorch"`
 	Params            int64   `json:"params"`
+	Vocab             int     `json:"vocab"`
+	LogprobPath       string  `json:"logprob_path"`
 	Rows              int     `json:"rows"`
 	SeqLen            int     `json:"seq_len"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
@@ -57,6 +65,9 @@ func main() {
 	flag.IntVar(&o.newTokens, "new-tokens", 64, "tokens sampled per row")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "libtorch intra-op threads")
 	flag.BoolVar(&o.checkpointing, "checkpointing", false, "activation recomputation")
+	flag.StringVar(&o.initPreset, "init", "", "write a random model of this preset into --model and exit")
+	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
+	flag.StringVar(&o.logprobPath, "logprob-path", "auto", "auto, fused or recompute: how the loss gradient crosses the vocab projection")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -64,7 +75,16 @@ func main() {
 	}
 }
 
+var logprobPaths = map[string]worker.LogprobPath{"auto": worker.LogprobAuto, "fused": worker.LogprobFused, "recompute": worker.LogprobRecompute}
+
 func run(ctx context.Context, o options) error {
+	if o.initPreset != "" {
+		return initModel(o)
+	}
+	lpPath, ok := logprobPaths[o.logprobPath]
+	if !ok {
+		return fmt.Errorf("--logprob-path %q is unknown (auto, fused, recompute)", o.logprobPath)
+	}
 	path, _, err := worker.FindLibrary("", os.Getenv)
 	if err != nil {
 		return err
@@ -74,7 +94,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	m, err := lib.LoadModel(ctx, worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
-		GradientCheckpointing: o.checkpointing})
+		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath})
 	if err != nil {
 		return err
 	}
@@ -139,7 +159,7 @@ func run(ctx context.Context, o options) error {
 	seq := o.promptLen + o.complLen
 	return json.NewEncoder(os.Stdout).Encode(result{
 		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
-		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
+		Params: m.Config().NumParams(), Vocab: V, LogprobPath: o.logprobPath, Rows: o.rows, SeqLen: seq,
 		TrainTokensPerSec: float64(o.rows*seq*o.steps) / elapsed.Seconds(),
 		TrainStepSeconds:  elapsed.Seconds() / float64(o.steps),
 		TrainStepCPU:      cpu / float64(o.steps),
@@ -147,6 +167,26 @@ func run(ctx context.Context, o options) error {
 		SampleTokensPerS:  float64(sampled) / sampleTime.Seconds(),
 		PeakRSSMiB:        float64(ru.Maxrss) / 1024,
 	})
+}
+
+// initModel writes a random model from a preset, with o.vocab tokens when
+// set (ids past the byte tokenizer's are never produced by it, but the
+// vocab projection costs what a real vocabulary of that size costs).
+func initModel(o options) error {
+	p, ok := model.PresetByName(o.initPreset)
+	if !ok {
+		return fmt.Errorf("--init %q: no such preset (have %v)", o.initPreset, model.PresetNames())
+	}
+	if o.vocab < 0 || o.vocab > 0 && o.vocab < model.ByteVocabSize() {
+		return fmt.Errorf("--vocab %d must be 0 or at least the byte tokenizer's %d", o.vocab, model.ByteVocabSize())
+	}
+	if o.vocab > 0 {
+		p.Config.VocabSize = o.vocab
+	}
+	if o.model == "" {
+		return fmt.Errorf("--init needs --model, the directory to write")
+	}
+	return model.Init(o.model, p, 1)
 }
 
 // printLogprobs reads [{"tokens":[...],"prompt_len":P}] and prints the
