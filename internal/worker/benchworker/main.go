@@ -48,6 +48,7 @@ type result struct {
 	TrainStepSeconds  float64 `json:"train_step_s"`
 	TrainStepCPU      float64 `json:"train_step_cpu_s"`     // process CPU time per step: stable on a shared machine
 	FwdBwdTokensPerS  float64 `json:"fwd_bwd_tokens_per_s"` // forward+backward only, without the optimizer step
+	FwdBwdCPU         float64 `json:"fwd_bwd_cpu_s"`        // process CPU time per forward+backward
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
 	PeakRSSMiB        float64 `json:"peak_rss_mib"`
 }
@@ -120,7 +121,7 @@ func run(ctx context.Context, o options) error {
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
 	var elapsed, fwdBwd time.Duration
-	var cpu float64
+	var cpu, fbCPU float64
 	for step := 0; step <= o.steps; step++ {
 		cpu0 := cpuSeconds()
 		start := time.Now()
@@ -128,6 +129,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		fb := time.Since(start) // ForwardBackward returns after its loss is read back, so the device is synchronised
+		cpu1 := cpuSeconds()
 		if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
 			return err
 		}
@@ -135,6 +137,7 @@ func run(ctx context.Context, o options) error {
 			elapsed += time.Since(start)
 			fwdBwd += fb
 			cpu += cpuSeconds() - cpu0
+			fbCPU += cpu1 - cpu0
 		}
 	}
 	reqs := make([]worker.SampleRequest, o.rows)
@@ -164,6 +167,7 @@ func run(ctx context.Context, o options) error {
 		TrainStepSeconds:  elapsed.Seconds() / float64(o.steps),
 		TrainStepCPU:      cpu / float64(o.steps),
 		FwdBwdTokensPerS:  float64(o.rows*seq*o.steps) / fwdBwd.Seconds(),
+		FwdBwdCPU:         fbCPU / float64(o.steps),
 		SampleTokensPerS:  float64(sampled) / sampleTime.Seconds(),
 		PeakRSSMiB:        float64(ru.Maxrss) / 1024,
 	})
