@@ -31,6 +31,7 @@ type options struct {
 	initPreset                     string
 	vocab                          int
 	logprobPath                    string
+	chunkRows                      int
 }
 
 type result struct {
@@ -69,6 +70,7 @@ func main() {
 	flag.StringVar(&o.initPreset, "init", "", "write a random model of this preset into --model and exit")
 	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
 	flag.StringVar(&o.logprobPath, "logprob-path", "auto", "auto, fused or recompute: how the loss gradient crosses the vocab projection")
+	flag.IntVar(&o.chunkRows, "logprob-chunk-rows", 0, "token rows per vocab-projection chunk (0 = the worker's choice)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -95,7 +97,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	m, err := lib.LoadModel(ctx, worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
-		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath})
+		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath, LogprobChunkRows: o.chunkRows})
 	if err != nil {
 		return err
 	}
