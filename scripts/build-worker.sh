@@ -58,7 +58,7 @@ if ! find_libtorch; then
 fi
 ok "libtorch: $origin"
 
-cxxflags="-O2 -g0 -std=c++17 -fPIC -Wall -Wno-unused-parameter $inc"
+cxxflags="-O2 -fno-math-errno -g0 -std=c++17 -fPIC -Wall -Wno-unused-parameter $inc"
 [[ -n "$abi" ]] && cxxflags="$cxxflags -D_GLIBCXX_USE_CXX11_ABI=$abi"
 libs="-L$libdir -Wl,-rpath,$libdir -ltorch_cpu -lc10"
 cuda="no"

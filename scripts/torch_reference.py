@@ -151,22 +151,26 @@ def bench(args):
     seq = args.prompt + args.completion
     ids = torch.randint(0, V, (args.rows, seq), generator=g)
     P = args.prompt
-    times, cpu = [], []
+    times, cpu, fwd_bwd, fwd_bwd_cpu = [], [], [], []
     for step in range(args.steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         z = forward(cfg, w, ids)[:, P - 1:-1].float()
         lp = torch.log_softmax(z, -1).gather(2, ids[:, P:, None])[..., 0]
         loss = -(lp * torch.randn(args.rows, 1, generator=g)).mean()
         loss.backward()
+        t1, c1 = time.perf_counter(), time.process_time()
         opt.step()
         opt.zero_grad()
         if step > 0:  # the first step warms up
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+            fwd_bwd.append(t1 - t0)
+            fwd_bwd_cpu.append(c1 - c0)
     import resource
     tok = args.rows * seq * args.steps
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"train_tokens_per_s": tok / sum(times), "train_step_s": sum(times) / len(times), "train_step_cpu_s": sum(cpu) / len(cpu), "peak_rss_mib": rss}))
+    print(json.dumps({"train_tokens_per_s": tok / sum(times), "train_step_s": sum(times) / len(times), "train_step_cpu_s": sum(cpu) / len(cpu),
+                      "fwd_bwd_tokens_per_s": tok / sum(fwd_bwd), "fwd_bwd_cpu_s": sum(fwd_bwd_cpu) / len(fwd_bwd_cpu), "peak_rss_mib": rss}))
 
 
 def write_fixture(args):

@@ -45,6 +45,10 @@ const (
 	_ = uint(grpo.ISCorrectionSequenceTruncate-C.ORT_IS_SEQUENCE_TRUNCATE) + uint(C.ORT_IS_SEQUENCE_TRUNCATE-grpo.ISCorrectionSequenceTruncate)
 	_ = uint(grpo.ISCorrectionSequenceMask-C.ORT_IS_SEQUENCE_MASK) + uint(C.ORT_IS_SEQUENCE_MASK-grpo.ISCorrectionSequenceMask)
 
+	_ = uint(LogprobAuto-C.ORT_LOGPROB_AUTO) + uint(C.ORT_LOGPROB_AUTO-LogprobAuto)
+	_ = uint(LogprobRecompute-C.ORT_LOGPROB_RECOMPUTE) + uint(C.ORT_LOGPROB_RECOMPUTE-LogprobRecompute)
+	_ = uint(LogprobFused-C.ORT_LOGPROB_FUSED) + uint(C.ORT_LOGPROB_FUSED-LogprobFused)
+
 	_ = uint(StopToken-C.ORT_STOP_TOKEN) + uint(C.ORT_STOP_TOKEN-StopToken)
 
 	_ = uint(ReduceSum-C.ORT_REDUCE_SUM) + uint(C.ORT_REDUCE_SUM-ReduceSum)

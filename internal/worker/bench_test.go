@@ -98,3 +98,32 @@ func BenchmarkListAndReadState(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkForwardBackwardLogprobPath compares the fused and recompute
+// log-prob paths where the vocab projection dominates: the tiny preset
+// widened to a 32,000-token vocabulary, one dapo forward/backward (512 tokens).
+func BenchmarkForwardBackwardLogprobPath(b *testing.B) {
+	p, ok := model.PresetByName("tiny")
+	require.True(b, ok)
+	p.Config.VocabSize = 32000
+	dir := filepath.Join(b.TempDir(), "tiny-v32000")
+	require.NoError(b, model.Init(dir, p, 1))
+	mb := benchRows()
+	cfg := grpo.DefaultLossConfig()
+	cfg.ISCorrection = grpo.ISCorrectionOff
+	ctx := context.Background()
+	for _, path := range []struct {
+		name string
+		p    LogprobPath
+	}{{"fused", LogprobFused}, {"recompute", LogprobRecompute}} {
+		b.Run(path.name, func(b *testing.B) {
+			m := loadTiny(b, ModelOptions{Dir: dir, LogprobPath: path.p})
+			for b.Loop() {
+				if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

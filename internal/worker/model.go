@@ -81,7 +81,29 @@ type ModelOptions struct {
 	// exist at once when computing log-probs; 0 picks a size from the vocab
 	// (16M logits on CPU, 64M on GPU). Smaller saves memory.
 	LogprobChunkRows int
+	// LogprobPath selects how ForwardBackward differentiates the vocab
+	// projection; the zero value (LogprobAuto) is the fast choice.
+	LogprobPath LogprobPath
 }
+
+// LogprobPath is how ForwardBackward gets the gradient through the vocab
+// projection (csrc/worker_abi.h, ORT_LOGPROB_*).
+type LogprobPath int
+
+const (
+	// LogprobAuto takes LogprobFused where it applies, else LogprobRecompute.
+	LogprobAuto LogprobPath = iota
+	// LogprobRecompute computes chunked log-probs in forward and recomputes
+	// each chunk's logits in backward.
+	LogprobRecompute
+	// LogprobFused computes each chunk's log-probs and the loss gradient
+	// through it in one pass, never recomputing logits. It needs a loss that
+	// is separable per token: not vespo, not sequence-level importance
+	// sampling, and a sequence-level vLLM correction only where every row
+	// with sampler log-probs has old ones; otherwise ForwardBackward and
+	// EvalLoss fail.
+	LogprobFused
+)
 
 // Model is a loaded policy. Its methods serialise on one mutex: libtorch
 // state is not safe for concurrent training and sampling.
@@ -202,6 +224,9 @@ func resolveOptions(o ModelOptions, cfg *model.Config) (ModelOptions, model.DTyp
 	}
 	if o.LogprobChunkRows < 0 {
 		return o, "", fmt.Errorf("logprob_chunk_rows: %d must be >= 0 (0 = automatic)", o.LogprobChunkRows)
+	}
+	if o.LogprobPath < LogprobAuto || o.LogprobPath > LogprobFused {
+		return o, "", fmt.Errorf("logprob_path: %d is unknown (0 auto, 1 recompute, 2 fused)", o.LogprobPath)
 	}
 	if o.Optim == (AdamWOptions{}) {
 		o.Optim = DefaultAdamW()

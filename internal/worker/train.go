@@ -216,6 +216,7 @@ func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfi
 		vespo_k_pos: C.double(cfg.VESPOKPos), vespo_lambda_pos: C.double(cfg.VESPOLambdaPos),
 		vespo_k_neg: C.double(cfg.VESPOKNeg), vespo_lambda_neg: C.double(cfg.VESPOLambdaNeg),
 		is_clip_min: C.double(cfg.ISClipMin), is_clip_max: C.double(cfg.ISClipMax), entropy_coef: C.double(cfg.EntropyCoef),
+		logprob_path: C.int32_t(m.opts.LogprobPath),
 	}
 	// LossStats holds no Go pointers, so the worker may write into it.
 	var st LossStats

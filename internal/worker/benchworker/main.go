@@ -1,11 +1,13 @@
 // Command benchworker measures the libtorch worker on one model directory:
 // training-step and sampling throughput and peak RSS, printed as one JSON
 // line. With --logprobs it instead prints the worker's log-probs for rows
-// read from a JSON file (used by scripts/check-transformers). It is run by
-// scripts/bench-worker, one process per model so peak RSS is per model.
-// With --world-size N it is one rank of N data-parallel processes (start
-// each with its --rank): every step all-reduces the gradients, and the JSON
-// adds the all-reduce time per step and its fraction of the step.
+// read from a JSON file (used by scripts/check-transformers); with --init it
+// writes a random model from a preset (with --vocab, a vocabulary of that
+// size) into --model. It is run by scripts/bench-worker, one process per
+// model so peak RSS is per model. With --world-size N it is one rank of N
+// data-parallel processes (start each with its --rank): every step
+// all-reduces the gradients, and the JSON adds the all-reduce time per step
+// and its fraction of the step.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -34,6 +37,10 @@ type options struct {
 	masterAddr      string
 	masterPort      int
 	bucketMiB       float64
+	initPreset      string
+	vocab           int
+	logprobPath     string
+	chunkRows       int
 }
 
 type result struct {
@@ -43,12 +50,15 @@ type result struct {
 	Threads           int     `json:"threads"`
 	Libtorch          string  `json:"libtorch"`
 	Params            int64   `json:"params"`
+	Vocab             int     `json:"vocab"`
+	LogprobPath       string  `json:"logprob_path"`
 	Rows              int     `json:"rows"`
 	SeqLen            int     `json:"seq_len"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainStepSeconds  float64 `json:"train_step_s"`
 	TrainStepCPU      float64 `json:"train_step_cpu_s"`     // process CPU time per step: stable on a shared machine
 	FwdBwdTokensPerS  float64 `json:"fwd_bwd_tokens_per_s"` // forward+backward only, without the optimizer step
+	FwdBwdCPU         float64 `json:"fwd_bwd_cpu_s"`        // process CPU time per forward+backward
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
 	// DecodeTokensPerS is the continuous-batching decoder on the same
 	// requests as sample_tokens_per_s (the static sampler).
@@ -84,6 +94,10 @@ func main() {
 	flag.StringVar(&o.masterAddr, "master-addr", "127.0.0.1", "rendezvous address, served by rank 0 (with --world-size)")
 	flag.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (with --world-size)")
 	flag.Float64Var(&o.bucketMiB, "bucket-mb", 25, "gradient all-reduce bucket size in MiB (with --world-size)")
+	flag.StringVar(&o.initPreset, "init", "", "write a random model of this preset into --model and exit")
+	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
+	flag.StringVar(&o.logprobPath, "logprob-path", "auto", "auto, fused or recompute: how the loss gradient crosses the vocab projection")
+	flag.IntVar(&o.chunkRows, "logprob-chunk-rows", 0, "token rows per vocab-projection chunk (0 = the worker's choice)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -91,7 +105,16 @@ func main() {
 	}
 }
 
+var logprobPaths = map[string]worker.LogprobPath{"auto": worker.LogprobAuto, "fused": worker.LogprobFused, "recompute": worker.LogprobRecompute}
+
 func run(ctx context.Context, o options) error {
+	if o.initPreset != "" {
+		return initModel(o)
+	}
+	lpPath, ok := logprobPaths[o.logprobPath]
+	if !ok {
+		return fmt.Errorf("--logprob-path %q is unknown (auto, fused, recompute)", o.logprobPath)
+	}
 	path, _, err := worker.FindLibrary("", os.Getenv)
 	if err != nil {
 		return err
@@ -101,7 +124,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	m, err := lib.LoadModel(ctx, worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
-		GradientCheckpointing: o.checkpointing})
+		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath, LogprobChunkRows: o.chunkRows})
 	if err != nil {
 		return err
 	}
@@ -140,7 +163,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var elapsed, fwdBwd, allReduce time.Duration
 	var sync worker.GradSyncStats
-	var cpu float64
+	var cpu, fbCPU float64
 	for step := 0; step <= o.steps && !o.sampleOnly; step++ {
 		cpu0 := cpuSeconds()
 		start := time.Now()
@@ -148,6 +171,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		fb := time.Since(start) // ForwardBackward returns after its loss is read back, so the device is synchronised
+		cpu1 := cpuSeconds()
 		var ar time.Duration
 		if group != nil {
 			arStart := time.Now()
@@ -164,18 +188,20 @@ func run(ctx context.Context, o options) error {
 			fwdBwd += fb
 			allReduce += ar
 			cpu += cpuSeconds() - cpu0
+			fbCPU += cpu1 - cpu0
 		}
 	}
 	seq := o.promptLen + o.complLen
 	res := result{
 		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
-		Params: m.Config().NumParams(), Rows: o.rows, SeqLen: seq,
+		Params: m.Config().NumParams(), Vocab: V, LogprobPath: o.logprobPath, Rows: o.rows, SeqLen: seq,
 	}
 	if !o.sampleOnly && o.steps > 0 {
 		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
 		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
 		res.TrainStepCPU = cpu / float64(o.steps)
 		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
+		res.FwdBwdCPU = fbCPU / float64(o.steps)
 	}
 	if group != nil { // the step's time includes waiting for the slowest rank
 		res.WorldSize, res.Rank, res.Backend = o.worldSize, o.rank, group.Backend()
@@ -256,6 +282,26 @@ func decode(ctx context.Context, m *worker.Model, reqs []worker.SampleRequest) (
 	start := time.Now()
 	n, err := run(dreqs)
 	return time.Since(start), n, err
+}
+
+// initModel writes a random model from a preset, with o.vocab tokens when
+// set (ids past the byte tokenizer's are never produced by it, but the
+// vocab projection costs what a real vocabulary of that size costs).
+func initModel(o options) error {
+	p, ok := model.PresetByName(o.initPreset)
+	if !ok {
+		return fmt.Errorf("--init %q: no such preset (have %v)", o.initPreset, model.PresetNames())
+	}
+	if o.vocab < 0 || o.vocab > 0 && o.vocab < model.ByteVocabSize() {
+		return fmt.Errorf("--vocab %d must be 0 or at least the byte tokenizer's %d", o.vocab, model.ByteVocabSize())
+	}
+	if o.vocab > 0 {
+		p.Config.VocabSize = o.vocab
+	}
+	if o.model == "" {
+		return fmt.Errorf("--init needs --model, the directory to write")
+	}
+	return model.Init(o.model, p, 1)
 }
 
 // printLogprobs reads [{"tokens":[...],"prompt_len":P}] and prints the

@@ -128,6 +128,7 @@ int ort_model_new(const ort_arch* arch, const ort_model_options* opts, ort_model
       throw std::runtime_error("lora_modules_to_save needs LoRA (full fine-tuning trains every module)");
     }
     m.device = at::Device(m.device_str);
+    if (m.device.is_cpu()) ort::keep_freed_cpu_memory();
     if (m.device.is_cuda() && m.device.index() >= at::detail::getCUDAHooks().getNumGPUs()) {
       throw std::runtime_error("device " + m.device_str + " is not available (CUDA devices: " +
                                std::to_string(at::detail::getCUDAHooks().getNumGPUs()) + ")");

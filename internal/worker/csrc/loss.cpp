@@ -157,6 +157,19 @@ Batch decode_batch(const Model& m, const ort_batch* b) {
   return bt;
 }
 
+namespace {
+
+// completion_hidden runs the decoder and returns the final hidden state
+// predicting each completion token, [N, H].
+at::Tensor completion_hidden(Model& m, const Batch& bt, const Weights& w, bool lora_on, const volatile int32_t* cancel) {
+  auto h = forward(m, w, lora_on, bt.ids, bt.pos, nullptr, cancel);
+  auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
+  check_cancel(cancel);
+  return hs;
+}
+
+}  // namespace
+
 std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double temperature, bool reference,
                                        const volatile int32_t* cancel) {
   const bool lora = m.opts.lora_rank > 0;
@@ -166,9 +179,7 @@ std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double tempera
   // With LoRA the reference is the base: adapters off and the frozen
   // originals of any modules_to_save (ref_view).
   const Weights& w = reference ? m.ref_view : m.view;
-  auto h = forward(m, w, !reference, bt.ids, bt.pos, nullptr, cancel);
-  auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
-  check_cancel(cancel);
+  auto hs = completion_hidden(m, bt, w, !reference, cancel);
   return chunked_logprobs(hs, lm_head(w), bt.targets, temperature, m.opts.logprob_chunk_rows);
 }
 
@@ -252,7 +263,8 @@ void clip_stats(const ort_loss_config& c, const at::Tensor& wt, const LossTerms&
   st->clip_high_max = high_row.max().item<double>();
 }
 
-// per_token_objective is §4.4's l_{i,t} before the modifiers of §4.5.
+// per_token_objective is §4.4's l_{i,t} before the modifiers of §4.5. With
+// st null it records no metrics, so it also runs on flat token chunks.
 at::Tensor per_token_objective(const ort_loss_config& c, const LossTerms& t, const at::Tensor& w,
                                const at::Tensor& lr, ort_loss_stats* st) {
   const auto& A = t.adv;
@@ -264,11 +276,11 @@ at::Tensor per_token_objective(const ort_loss_config& c, const LossTerms& t, con
     case ORT_LOSS_LUSPO: {
       auto wt = c.delta > 0 ? w.clamp_max(c.delta) : w;
       auto clipped = w.clamp(1 - c.epsilon, 1 + c.epsilon_high);
-      clip_stats(c, wt.detach(), t, c.is_level == ORT_IS_LEVEL_SEQUENCE, st);
+      if (st != nullptr) clip_stats(c, wt.detach(), t, c.is_level == ORT_IS_LEVEL_SEQUENCE, st);
       return -at::min(wt * A, clipped * A);
     }
     case ORT_LOSS_CISPO:
-      st->cispo_clip = (w.detach().gt(c.epsilon_high).logical_and(A.gt(0)) * t.mask).sum().item<double>();
+      if (st != nullptr) st->cispo_clip = (w.detach().gt(c.epsilon_high).logical_and(A.gt(0)) * t.mask).sum().item<double>();
       return -w.clamp_max(c.epsilon_high).detach() * A * t.logp;
     case ORT_LOSS_SAPO: {
       auto kappa = at::where(A.gt(0), at::full_like(A, c.sapo_temp_pos), at::full_like(A, c.sapo_temp_neg));
@@ -306,6 +318,20 @@ at::Tensor aggregate(const ort_loss_config& c, const ort_batch* b, const at::Ten
   }
 }
 
+// entropy_bonus is §4.7's bonus before its coefficient.
+at::Tensor entropy_bonus(const ort_loss_config& c, const ort_batch* b, const at::Tensor& ent, const at::Tensor& mask) {
+  auto hsum = (ent * mask).sum();
+  return round_normalised(c.loss_type) ? hsum / b->round_tokens
+                                       : hsum / mask.sum().clamp_min(1) / std::max<int32_t>(1, b->grad_accum);
+}
+
+bool row_has(const uint8_t* has, int64_t i) { return has == nullptr || has[i] != 0; }
+
+// correction_on says whether the vLLM importance-sampling correction applies.
+bool correction_on(const ort_loss_config& c, const ort_batch* b) {
+  return c.is_correction != ORT_IS_OFF && b->sampler_logps != nullptr && any_row(b->has_sampler, b->n_rows);
+}
+
 void validate(const ort_loss_config& c, const ort_batch* b) {
   if (c.loss_type < 0 || c.loss_type > ORT_LOSS_VESPO) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
   if (!(c.temperature > 0)) throw std::runtime_error("temperature must be > 0");
@@ -315,32 +341,58 @@ void validate(const ort_loss_config& c, const ort_batch* b) {
   if (c.loss_type == ORT_LOSS_DR_GRPO && c.max_completion_length <= 0) {
     throw std::runtime_error("max_completion_length must be > 0 for dr_grpo");
   }
+  if (c.logprob_path < ORT_LOGPROB_AUTO || c.logprob_path > ORT_LOGPROB_FUSED) {
+    throw std::runtime_error("logprob_path " + std::to_string(c.logprob_path) + " is unknown");
+  }
+  if (c.beta != 0) {
+    if (b->ref_logps == nullptr) throw std::runtime_error("beta != 0 needs reference log-probs on every row");
+    for (int64_t i = 0; i < b->n_rows; i++) {
+      if (!row_has(b->has_ref, i)) throw std::runtime_error("beta != 0 but row " + std::to_string(i) + " has no reference log-probs");
+    }
+  }
 }
 
-}  // namespace
+// fused_blocker says why a config's loss is not separable per token, so the
+// fused pass cannot give its gradient (a token's d loss / d logp would need
+// log-probs of other tokens, known only after the pass); nullptr when it is.
+const char* fused_blocker(const ort_loss_config& c, const ort_batch* b) {
+  if (c.loss_type == ORT_LOSS_VESPO) return "loss_type vespo weights each token by phi of its sequence's summed log-ratio";
+  if (c.is_level == ORT_IS_LEVEL_SEQUENCE) return "importance_sampling_level sequence uses each sequence's mean log-ratio";
+  if (sequence_correction(c) && correction_on(c, b)) {
+    for (int64_t i = 0; i < b->n_rows; i++) {
+      if (row_has(b->has_sampler, i) && !(b->old_logps != nullptr && row_has(b->has_old, i))) {
+        return "a sequence-level importance-sampling correction on a row with sampler but no old log-probs sums the "
+               "policy's own log-probs over the row";
+      }
+    }
+  }
+  return nullptr;
+}
 
-void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bool backward, ort_loss_stats* st,
-                      const volatile int32_t* cancel) {
-  validate(c, b);
-  Batch bt = decode_batch(m, b);
-  TrainingScope scope(m, backward);
-  at::AutoGradMode grad_mode(backward);
-  auto lpe = token_logprobs(m, bt, c.temperature, false, cancel);
-  const auto opts = lpe[0].options();
-  auto pad = [&](const at::Tensor& flat) {
-    return at::zeros({bt.B, bt.T}, opts).index_put({bt.row_idx, bt.col_idx}, flat);
-  };
+at::Tensor pad_tokens(const Batch& bt, const at::Tensor& flat) {
+  return at::zeros({bt.B, bt.T}, flat.options()).index_put({bt.row_idx, bt.col_idx}, flat);
+}
+
+at::Tensor token_mask(const ort_batch* b, int64_t N, const at::TensorOptions& opts) {
+  return at::from_blob(const_cast<uint8_t*>(b->loss_mask), {N}, at::kByte).to(opts).clamp_max(1);
+}
+
+// batch_loss is the micro-batch loss of the completion tokens' log-probs
+// and entropies ([N] each), with its metrics written to st.
+at::Tensor batch_loss(const ort_loss_config& c, const ort_batch* b, const Batch& bt, const at::Tensor& logp,
+                      const at::Tensor& entropy, ort_loss_stats* st) {
+  const auto opts = logp.options();
+  auto pad = [&](const at::Tensor& flat) { return pad_tokens(bt, flat); };
   LossTerms t;
   const int64_t N = bt.targets.size(0);
-  auto mask_flat = at::from_blob(const_cast<uint8_t*>(b->loss_mask), {N}, at::kByte).to(opts).clamp_max(1);
-  t.mask = pad(mask_flat);
-  t.logp = pad(lpe[0]);
-  t.ent = pad(c.entropy_coef != 0 ? lpe[1] : lpe[1].detach());
+  t.mask = pad(token_mask(b, N, opts));
+  t.logp = pad(logp);
+  t.ent = pad(c.entropy_coef != 0 ? entropy : entropy.detach());
   t.adv = at::from_blob(const_cast<float*>(b->advantages), {bt.B}, at::kFloat).to(opts).view({bt.B, 1});
-  auto old_flat = completion_array(bt, b->old_logps, b->has_old, lpe[0].detach());
+  auto old_flat = completion_array(bt, b->old_logps, b->has_old, logp.detach());
   t.old = old_flat.defined() ? pad(old_flat) : t.logp.detach();
-  if (c.is_correction != ORT_IS_OFF && b->sampler_logps != nullptr && any_row(b->has_sampler, bt.B)) {
-    auto q = pad(completion_array(bt, b->sampler_logps, b->has_sampler, old_flat.defined() ? old_flat : lpe[0].detach()));
+  if (correction_on(c, b)) {
+    auto q = pad(completion_array(bt, b->sampler_logps, b->has_sampler, old_flat.defined() ? old_flat : logp.detach()));
     t.rho = is_weight(c, t.old, q, t.mask);
   }
   auto lr = t.logp - t.old;
@@ -349,29 +401,216 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
   auto per_tok = per_token_objective(c, t, w, lr, st);
   if (t.rho.defined() && c.loss_type != ORT_LOSS_VESPO) per_tok = per_tok * t.rho;
   if (c.beta != 0) {
-    if (b->ref_logps == nullptr) throw std::runtime_error("beta != 0 needs reference log-probs on every row");
-    if (b->has_ref != nullptr) {
-      for (int64_t i = 0; i < bt.B; i++) {
-        if (!b->has_ref[i]) throw std::runtime_error("beta != 0 but row " + std::to_string(i) + " has no reference log-probs");
-      }
-    }
-    auto diff = pad(completion_array(bt, b->ref_logps, nullptr, lpe[0])) - t.logp;
+    auto diff = pad(completion_array(bt, b->ref_logps, nullptr, logp)) - t.logp;
     auto k3 = diff.exp() - diff - 1;
     per_tok = per_tok + c.beta * k3;
     st->kl_sum = (k3 * t.mask).sum().item<double>();
   }
   auto loss = aggregate(c, b, per_tok, t.mask);
-  if (c.entropy_coef != 0) {  // §4.7
-    auto hsum = (t.ent * t.mask).sum();
-    auto bonus = round_normalised(c.loss_type) ? hsum / b->round_tokens
-                                               : hsum / t.mask.sum().clamp_min(1) / std::max<int32_t>(1, b->grad_accum);
-    loss = loss - c.entropy_coef * bonus;
-  }
+  if (c.entropy_coef != 0) loss = loss - c.entropy_coef * entropy_bonus(c, b, t.ent, t.mask);
   st->loss = loss.item<double>();
   st->active_tokens = t.mask.sum().item<double>();
   st->rows = static_cast<double>(bt.B);
   st->rows_with_tokens = t.mask.sum(1).gt(0).sum().item<double>();
   st->entropy_sum = (t.ent.detach() * t.mask).sum().item<double>();
+  return loss;
+}
+
+// TokenLoss is the loss of a separable config as a function of each
+// token's log-prob alone, over the completion tokens [N] in batch order:
+// everything batch_loss uses except the policy's log-probs, which the fused
+// pass supplies one chunk at a time. coef is d loss / d l_t (§4.6's
+// aggregation is linear in the per-token loss l_t, so this needs only the
+// masks), ent_coef d loss / d H_t (undefined without an entropy bonus).
+struct TokenLoss {
+  const ort_loss_config* c = nullptr;
+  at::Tensor adv, mask, coef, ent_coef;
+  at::Tensor old, old_given;          // old log-probs; elsewhere old is the policy's own (ratio 1)
+  at::Tensor sampler, sampler_given;  // token-level correction; elsewhere q = old
+  at::Tensor seq_rho;                 // sequence-level correction: rho of each token's row
+  at::Tensor ref;                     // beta != 0
+
+  // logp_grad returns d loss / d logp for tokens [s, s + n) at log-probs lp
+  // by differentiating batch_loss's per-token terms on the chunk.
+  at::Tensor logp_grad(int64_t s, int64_t n, const at::Tensor& lp) const {
+    const auto& cfg = *c;
+    auto part = [&](const at::Tensor& x) { return x.narrow(0, s, n); };
+    at::AutoGradMode on(true);
+    LossTerms t;
+    t.logp = lp.detach().requires_grad_(true);
+    t.mask = part(mask);
+    t.adv = part(adv);
+    t.old = old.defined() ? at::where(part(old_given), part(old), lp) : lp.detach();
+    if (seq_rho.defined()) t.rho = part(seq_rho);
+    if (sampler.defined()) t.rho = is_weight(cfg, t.old, at::where(part(sampler_given), part(sampler), t.old), t.mask);
+    auto lr = t.logp - t.old;
+    auto per_tok = per_token_objective(cfg, t, lr.exp(), lr, nullptr);
+    if (t.rho.defined()) per_tok = per_tok * t.rho;
+    if (cfg.beta != 0) {
+      auto diff = part(ref) - t.logp;
+      per_tok = per_tok + cfg.beta * (diff.exp() - diff - 1);
+    }
+    auto g = torch::autograd::grad({per_tok}, {t.logp}, {part(coef)}, false, false, true)[0];
+    return g.defined() ? g : at::zeros_like(lp);
+  }
+};
+
+// linear_coef returns d f(x) / dx for a scalar f linear in x (so constant).
+template <class F>
+at::Tensor linear_coef(F&& f, const at::Tensor& like) {
+  at::AutoGradMode on(true);
+  auto x = at::zeros_like(like).requires_grad_(true);
+  return torch::autograd::grad({f(x)}, {x})[0];
+}
+
+TokenLoss make_token_loss(const ort_loss_config& c, const ort_batch* b, const Batch& bt, const at::TensorOptions& opts) {
+  TokenLoss tl;
+  tl.c = &c;
+  const int64_t N = bt.targets.size(0);
+  auto from = [&](const float* data) { return at::from_blob(const_cast<float*>(data), {N}, at::kFloat).to(opts); };
+  auto token_rows = [&](const uint8_t* has) {  // per token: its row carries the array
+    std::vector<uint8_t> tok;
+    for (int64_t i = 0; i < bt.B; i++) tok.insert(tok.end(), bt.comp_len[i], row_has(has, i) ? 1 : 0);
+    return at::tensor(at::ArrayRef<uint8_t>(tok)).to(at::kBool).to(opts.device());
+  };
+  auto at_tokens = [&](const at::Tensor& padded) { return padded.index({bt.row_idx, bt.col_idx}); };
+  tl.mask = token_mask(b, N, opts);
+  auto mask = pad_tokens(bt, tl.mask);
+  tl.adv = at::from_blob(const_cast<float*>(b->advantages), {bt.B}, at::kFloat).to(opts).index_select(0, bt.row_idx);
+  tl.coef = at_tokens(linear_coef([&](const at::Tensor& x) { return aggregate(c, b, x, mask); }, mask));
+  if (c.entropy_coef != 0) {
+    tl.ent_coef = at_tokens(linear_coef([&](const at::Tensor& x) { return -c.entropy_coef * entropy_bonus(c, b, x, mask); }, mask));
+  }
+  if (b->old_logps != nullptr) {
+    tl.old = from(b->old_logps);
+    tl.old_given = token_rows(b->has_old);
+  }
+  if (correction_on(c, b)) {
+    auto q = from(b->sampler_logps);
+    auto q_given = token_rows(b->has_sampler);
+    if (sequence_correction(c)) {
+      // fused_blocker let this through only when every row with sampler
+      // log-probs has old ones, so old - q is known now; on other rows it is
+      // 0 (q = old), as in batch_loss.
+      auto old_k = tl.old.defined() ? at::where(tl.old_given, tl.old, at::zeros_like(q)) : at::zeros_like(q);
+      auto q_k = at::where(q_given, q, old_k);
+      tl.seq_rho = is_weight(c, pad_tokens(bt, old_k), pad_tokens(bt, q_k), mask).view(-1).index_select(0, bt.row_idx);
+    } else {
+      tl.sampler = q;
+      tl.sampler_given = q_given;
+    }
+  }
+  if (c.beta != 0) tl.ref = from(b->ref_logps);
+  return tl;
+}
+
+// FusedPass is what fused_logprobs returns: log-probs and entropies [N],
+// and the loss gradient w.r.t. the hidden rows and the LM head (undefined
+// where not needed).
+struct FusedPass {
+  at::Tensor logp, ent, grad_h, grad_w;
+};
+
+// fused_logprobs is ChunkedLogprob's forward that also back-propagates the
+// loss through each chunk while its logits are at hand (the fused
+// linear-cross-entropy idea): with g = d loss / d logp and g_H = d loss / d H
+// per token, d loss / dz = (g (onehot - p) - g_H p (log p + H)) / tau, then
+// grad_h = dz W and grad_w = sum over chunks of dz^T h. Three vocab-sized
+// matmuls per chunk instead of four, and the [N, V] logits never exist.
+FusedPass fused_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets, double inv_temp,
+                         int64_t chunk, const TokenLoss& tl, bool need_h, bool need_w, const volatile int32_t* cancel) {
+  at::NoGradGuard ng;
+  const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t N = h.size(0), step = chunk_rows(w, chunk);
+  FusedPass out;
+  out.logp = at::empty({N}, h.options().dtype(acc));
+  out.ent = at::empty({N}, h.options().dtype(acc));
+  if (need_h) out.grad_h = at::empty_like(h, at::MemoryFormat::Contiguous);
+  for (int64_t s = 0; s < N; s += step) {
+    check_cancel(cancel);
+    const int64_t n = std::min(step, N - s);
+    auto hc = h.narrow(0, s, n);
+    auto tgt = targets.narrow(0, s, n).unsqueeze(1);
+    at::Tensor ls;
+    {
+      auto z = at::matmul(hc, w.t()).to(acc);
+      if (inv_temp != 1.0) z.mul_(inv_temp);  // as ChunkedLogprob, which multiplies out of place
+      ls = at::log_softmax(z, -1);
+    }
+    auto lp = ls.gather(1, tgt).squeeze(1);
+    auto p = ls.exp();
+    auto ent = (p * ls).sum(-1).neg_();
+    out.logp.narrow(0, s, n).copy_(lp);
+    out.ent.narrow(0, s, n).copy_(ent);
+    if (!need_h && !need_w) continue;
+    auto g = tl.logp_grad(s, n, lp).unsqueeze(1);
+    // dz, in place over p (and ls as scratch): -p (g + g_H (log p + H)) / tau,
+    // plus g / tau at the target.
+    at::Tensor dz;
+    if (tl.ent_coef.defined()) {
+      auto ge = tl.ent_coef.narrow(0, s, n).unsqueeze(1);
+      dz = p.mul_(ls.add_(ent.unsqueeze(1)).mul_(ge).add_(g)).mul_(-inv_temp);
+    } else {
+      dz = p.mul_(g * -inv_temp);
+    }
+    dz.scatter_add_(1, tgt, g * inv_temp);
+    ls = at::Tensor();
+    if (dz.scalar_type() != h.scalar_type()) dz = dz.to(h.scalar_type());
+    if (need_h) {
+      auto gh = out.grad_h.narrow(0, s, n);
+      at::mm_out(gh, dz, w);
+    }
+    if (need_w) {
+      if (!out.grad_w.defined()) {
+        out.grad_w = at::mm(dz.t(), hc).to(acc);
+      } else if (w.scalar_type() == acc) {
+        out.grad_w.addmm_(dz.t(), hc);
+      } else {
+        out.grad_w.add_(at::mm(dz.t(), hc).to(acc));
+      }
+    }
+  }
+  if (need_w) out.grad_w = out.grad_w.defined() ? out.grad_w.to(w.scalar_type()) : at::zeros_like(w);
+  return out;
+}
+
+}  // namespace
+
+void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bool backward, ort_loss_stats* st,
+                      const volatile int32_t* cancel) {
+  validate(c, b);
+  const char* blocker = fused_blocker(c, b);
+  if (c.logprob_path == ORT_LOGPROB_FUSED && blocker != nullptr) {
+    throw std::runtime_error(std::string("logprob_path fused does not apply to this loss: ") + blocker);
+  }
+  Batch bt = decode_batch(m, b);
+  TrainingScope scope(m, backward);
+  at::AutoGradMode grad_mode(backward);
+  if (backward && blocker == nullptr && c.logprob_path != ORT_LOGPROB_RECOMPUTE) {
+    auto h = completion_hidden(m, bt, m.view, true, cancel);
+    auto w = lm_head(m.view);
+    const bool need_h = h.requires_grad(), need_w = w.requires_grad();
+    auto tl = make_token_loss(c, b, bt, h.options().dtype(acc_dtype(m)));
+    auto pass = fused_logprobs(h, w, bt.targets, 1.0 / c.temperature, m.opts.logprob_chunk_rows, tl, need_h, need_w, cancel);
+    {
+      at::NoGradGuard ng;  // the value and metrics only: the gradient is in pass
+      batch_loss(c, b, bt, pass.logp, pass.ent, st);
+    }
+    check_cancel(cancel);
+    std::vector<at::Tensor> roots, grads;
+    if (need_h) {
+      roots.push_back(h);
+      grads.push_back(pass.grad_h);
+    }
+    if (need_w) {
+      roots.push_back(w);
+      grads.push_back(pass.grad_w);
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    return;
+  }
+  auto lpe = token_logprobs(m, bt, c.temperature, false, cancel);
+  auto loss = batch_loss(c, b, bt, lpe[0], lpe[1], st);
   check_cancel(cancel);
   if (backward && loss.requires_grad()) loss.backward();
 }

@@ -98,6 +98,13 @@ at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& i
                    KVCache* cache, const volatile int32_t* cancel);
 at::Tensor lm_head(const Weights& w);
 at::ScalarType acc_dtype(const Model& m);  // fp64 for fp64 models, else fp32
+// keep_freed_cpu_memory makes glibc's malloc keep freed blocks for reuse
+// (process-wide, once): a training step frees and reallocates gigabytes of
+// tensors, and with the default mmap/trim thresholds every large tensor
+// comes back as fresh pages the kernel must fault in and zero (measured:
+// 8.4 -> 5.6 CPU s per small100m step). The heap stays at the step's peak
+// instead of shrinking after it, so peak RSS is unchanged (within 1%).
+void keep_freed_cpu_memory();
 void check_cancel(const volatile int32_t* cancel);
 
 // loss.cpp: token log-probs and entropies of targets given hidden rows,

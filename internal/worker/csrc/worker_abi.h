@@ -59,6 +59,17 @@ enum {
   ORT_IS_SEQUENCE_MASK = 4
 };
 
+/* How ort_forward_backward differentiates the vocabulary projection
+ * (ort_loss_config.logprob_path). FUSED computes each chunk's log-probs and
+ * the loss gradient w.r.t. the hidden states and the LM head in one pass, so
+ * the logits are never recomputed; it applies where the loss is separable
+ * per token (every config except vespo and sequence-level importance
+ * sampling, and sequence-level correction with a row that has sampler but
+ * no old log-probs). RECOMPUTE keeps the logits out of memory and
+ * recomputes each chunk in backward. AUTO = FUSED where it applies, else
+ * RECOMPUTE; FUSED on a config it does not apply to is an error. */
+enum { ORT_LOGPROB_AUTO = 0, ORT_LOGPROB_RECOMPUTE = 1, ORT_LOGPROB_FUSED = 2 };
+
 /* RoPE scaling (config.json rope_scaling type). */
 enum { ORT_ROPE_DEFAULT = 0, ORT_ROPE_LINEAR = 1, ORT_ROPE_LLAMA3 = 2 };
 
@@ -132,6 +143,7 @@ typedef struct {
   double sapo_temp_pos, sapo_temp_neg;
   double vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg;
   double is_clip_min, is_clip_max, entropy_coef;
+  int32_t logprob_path; /* ORT_LOGPROB_* */
 } ort_loss_config;
 
 /* Sums and counts, so micro-batches reduce exactly. The Go side reads this
