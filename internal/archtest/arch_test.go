@@ -65,7 +65,7 @@ var allowed = map[string][]string{
 		"internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/vllm":               {"internal/backoff", "internal/childproc"},
 	"internal/worker":             {"internal/grpo", "internal/model"},
-	"internal/worker/benchworker": {"internal/grpo", "internal/worker"},
+	"internal/worker/benchworker": {"internal/grpo", "internal/model", "internal/worker"},
 }
 
 // forbiddenStd lists standard-library imports some packages must not have.
