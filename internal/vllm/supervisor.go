@@ -273,6 +273,10 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 	}()
 	for {
 		p, err := s.launch(stopCtx, r)
+		if err == nil {
+			// Before Start hears: whoever it returns to sees ready replicas.
+			s.emit(r, StateReady, nil)
+		}
 		if first != nil {
 			// Read before reporting: Start stops everything once it hears.
 			stopped := stopCtx.Err() != nil
@@ -289,7 +293,6 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 			first = nil
 		}
 		if err == nil {
-			s.emit(r, StateReady, nil)
 			b.Reset()
 			err = s.watch(stopCtx, r, p)
 		}
