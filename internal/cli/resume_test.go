@@ -155,6 +155,43 @@ func finalWeights(t *testing.T, runDir string) []byte {
 	return b
 }
 
+// resumeRun is one interrupted-and-resumed run against its uninterrupted
+// twin, both from config (a function of the run directory).
+type resumeRun struct {
+	bin, lib, work, name string
+	config               func(runDir string) string
+	after                int           // steps completed before the interrupt
+	delay                time.Duration // into the next step
+}
+
+// compare runs both, checks the resumed run logged every step once and
+// ended with bit-identical weights, and returns both runs' step metrics.
+func (r resumeRun) compare(t *testing.T) (want, got []map[string]float64) {
+	t.Helper()
+	write := func(dir string) string {
+		path := filepath.Join(r.work, r.name+"-"+filepath.Base(dir)+".yaml")
+		require.NoError(t, os.WriteFile(path, []byte(r.config(dir)), 0o644))
+		return path
+	}
+	whole, cut := filepath.Join(r.work, r.name, "whole"), filepath.Join(r.work, r.name, "cut")
+	runOrtrain(t, r.bin, r.lib, "run", "--config", write(whole))
+
+	cfg := write(cut)
+	log := interruptAfter(t, r.bin, r.lib, r.after, r.delay, "run", "--config", cfg)
+	_, _, err := train.LatestCheckpoint(cut)
+	require.NoError(t, err, "the interrupted run saved its last completed step; its log: %s", log)
+	runOrtrain(t, r.bin, r.lib, "run", "--config", cfg, "--resume")
+
+	want, got = stepMetrics(t, whole), stepMetrics(t, cut)
+	require.Len(t, got, 8, "every step logged once after the resume (interrupted after step %d + %s)", r.after, r.delay)
+	for i := range want {
+		assert.Equal(t, want[i], got[i], "step %d (interrupted after step %d + %s)", i+1, r.after, r.delay)
+	}
+	assert.True(t, bytes.Equal(finalWeights(t, whole), finalWeights(t, cut)),
+		"final weights differ (interrupted after step %d + %s)", r.after, r.delay)
+	return want, got
+}
+
 // TestResumeIsExact is the property of issue 14: for every combination of
 // gradient_accumulation_steps, steps_per_generation and num_iterations in
 // {1, 2}, a run interrupted by SIGINT at a random point (mid-step included)
@@ -172,31 +209,10 @@ func TestResumeIsExact(t *testing.T) {
 	for _, ga := range []int{1, 2} {
 		for _, spg := range []int{1, 2} {
 			for _, mu := range []int{1, 2} {
-				name := fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu)
-				after, delay := 1+rng.IntN(4), time.Duration(rng.IntN(150))*time.Millisecond
-				t.Run(name, func(t *testing.T) {
-					write := func(dir string) string {
-						path := filepath.Join(work, name+"-"+filepath.Base(dir)+".yaml")
-						require.NoError(t, os.WriteFile(path, []byte(resumeConfig(modelDir, dir, ga, spg, mu)), 0o644))
-						return path
-					}
-					whole, cut := filepath.Join(work, name, "whole"), filepath.Join(work, name, "cut")
-					runOrtrain(t, bin, lib, "run", "--config", write(whole))
-
-					cfg := write(cut)
-					log := interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
-					_, _, err := train.LatestCheckpoint(cut)
-					require.NoError(t, err, "the interrupted run saved its last completed step; its log: %s", log)
-					runOrtrain(t, bin, lib, "run", "--config", cfg, "--resume")
-
-					want, got := stepMetrics(t, whole), stepMetrics(t, cut)
-					require.Len(t, got, 8, "every step logged once after the resume (interrupted after step %d + %s)", after, delay)
-					for i := range want {
-						assert.Equal(t, want[i], got[i], "step %d (interrupted after step %d + %s)", i+1, after, delay)
-					}
-					assert.True(t, bytes.Equal(finalWeights(t, whole), finalWeights(t, cut)),
-						"final weights differ (interrupted after step %d + %s)", after, delay)
-				})
+				r := resumeRun{bin: bin, lib: lib, work: work, name: fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu),
+					config: func(dir string) string { return resumeConfig(modelDir, dir, ga, spg, mu) },
+					after:  1 + rng.IntN(4), delay: time.Duration(rng.IntN(150)) * time.Millisecond}
+				t.Run(r.name, func(t *testing.T) { r.compare(t) })
 			}
 		}
 	}
@@ -218,32 +234,14 @@ func TestResumeIsExactAsync(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2026, 24))
 	for _, shape := range [][3]int{{1, 1, 1}, {1, 2, 1}, {2, 2, 2}} {
 		ga, spg, mu := shape[0], shape[1], shape[2]
-		name := fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu)
-		after, delay := 1+rng.IntN(4), time.Duration(rng.IntN(150))*time.Millisecond
-		t.Run(name, func(t *testing.T) {
-			write := func(dir string) string {
-				path := filepath.Join(work, name+"-"+filepath.Base(dir)+".yaml")
-				cfg := resumeConfig(modelDir, dir, ga, spg, mu) + "async:\n  max_off_policy_steps: 1\n"
-				require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
-				return path
-			}
-			whole, cut := filepath.Join(work, name, "whole"), filepath.Join(work, name, "cut")
-			runOrtrain(t, bin, lib, "run", "--config", write(whole))
-
-			cfg := write(cut)
-			log := interruptAfter(t, bin, lib, after, delay, "run", "--config", cfg)
-			_, _, err := train.LatestCheckpoint(cut)
-			require.NoError(t, err, "the interrupted run saved its last completed step; its log: %s", log)
-			runOrtrain(t, bin, lib, "run", "--config", cfg, "--resume")
-
-			want, got := stepMetrics(t, whole), stepMetrics(t, cut)
-			require.Len(t, got, 8, "every step logged once after the resume (interrupted after step %d + %s)", after, delay)
+		r := resumeRun{bin: bin, lib: lib, work: work, name: fmt.Sprintf("ga%d_spg%d_mu%d", ga, spg, mu),
+			config: func(dir string) string {
+				return resumeConfig(modelDir, dir, ga, spg, mu) + "async:\n  max_off_policy_steps: 1\n"
+			},
+			after: 1 + rng.IntN(4), delay: time.Duration(rng.IntN(150)) * time.Millisecond}
+		t.Run(r.name, func(t *testing.T) {
+			want, _ := r.compare(t)
 			assert.Equal(t, 1.0, want[7]["async/staleness_max"], "the last step trains on samples one step old")
-			for i := range want {
-				assert.Equal(t, want[i], got[i], "step %d (interrupted after step %d + %s)", i+1, after, delay)
-			}
-			assert.True(t, bytes.Equal(finalWeights(t, whole), finalWeights(t, cut)),
-				"final weights differ (interrupted after step %d + %s)", after, delay)
 		})
 	}
 }
