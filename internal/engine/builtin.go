@@ -121,28 +121,9 @@ func (b *Builtin) loop() {
 		case <-b.stop:
 			return
 		}
-		batch := b.collect(first)
+		batch := b.linger([]pending{first})
 		b.run(batch)
 	}
-}
-
-// collect gathers more requests until the batch is full or Linger passes
-// without a new one.
-func (b *Builtin) collect(first pending) []pending {
-	batch := []pending{first}
-	timer := time.NewTimer(b.opts.Linger)
-	defer timer.Stop()
-	for len(batch) < b.opts.MaxBatch {
-		select {
-		case p := <-b.queue:
-			batch = append(batch, p)
-		case <-timer.C:
-			return batch
-		case <-b.stop:
-			return batch
-		}
-	}
-	return batch
 }
 
 func (b *Builtin) run(batch []pending) {

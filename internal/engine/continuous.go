@@ -111,8 +111,9 @@ func (b *Builtin) continuousLoop() {
 	}
 }
 
-// linger waits up to Linger for more requests after the first of an idle
-// spell, so that a group's samples are admitted (and prefilled) together.
+// linger waits up to Linger for more requests (until MaxBatch) after the
+// first of an idle spell, so that a group's samples are batched (static) or
+// admitted and prefilled (continuous) together.
 func (b *Builtin) linger(waiting []pending) []pending {
 	timer := time.NewTimer(b.opts.Linger)
 	defer timer.Stop()
