@@ -98,7 +98,7 @@ func (r *router) pick(key string) (i int, done func(), err error) {
 	}
 	i = least
 	if key != "" {
-		i = r.place(key, now, minLoad)
+		i = r.place(key, now, minLoad, least)
 	}
 	r.outstanding[i].Add(1)
 	r.requests[i].Add(1)
@@ -106,8 +106,10 @@ func (r *router) pick(key string) (i int, done func(), err error) {
 }
 
 // place keeps a session on its replica while that is healthy, else picks
-// one by rendezvous hash among the healthy ones within the load slack.
-func (r *router) place(key string, now, minLoad int64) int {
+// one by rendezvous hash among the healthy ones within the load slack;
+// when loads or health changed since least was chosen and none qualifies,
+// least it is.
+func (r *router) place(key string, now, minLoad int64, least int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev, had := r.placed[key]
@@ -122,6 +124,9 @@ func (r *router) place(key string, now, minLoad int64) int {
 		if s := rendezvous(key, j); best < 0 || s > bestScore {
 			best, bestScore = j, s
 		}
+	}
+	if best < 0 {
+		best = least
 	}
 	if had {
 		r.moved.Add(1)
