@@ -12,6 +12,7 @@ import (
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -32,6 +33,11 @@ type RunOptions struct {
 	ResumeWithChanges bool
 	PrintConfig       bool
 	DryRun            bool
+	// NProcPerNode > 1 starts that many ranks of a data-parallel run on
+	// this machine as supervised children (runRanks).
+	NProcPerNode int
+	// args rebuilds this command line for the ranks.
+	args func() []string
 	// Flags maps config keys to the flags that override them.
 	Flags map[string]*pflag.Flag
 }
@@ -93,7 +99,14 @@ Settings resolve as: embedded defaults < --config YAML < ORTRAIN_* environment
 variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags.
 
 SIGINT/SIGTERM stop new rollouts, close every session, save a checkpoint and
-exit with code 2; --resume continues from the latest complete checkpoint.`,
+exit with code 2; --resume continues from the latest complete checkpoint.
+
+Data parallelism: --nproc-per-node N starts N ranks here; under torchrun,
+a Kubeflow PyTorchJob or srun, each process reads its rank from RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or SLURM_PROCID, SLURM_NTASKS and
+SLURM_JOB_NODELIST). Every rank rolls out whole groups of its slice of the
+round and trains on per_device_train_batch_size rows of each micro-batch;
+gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 		Example: `  # the quickstart (CPU, built-in env, tiny model)
   ortrain run
 
@@ -103,6 +116,9 @@ exit with code 2; --resume continues from the latest complete checkpoint.`,
 
   # a hosted env (needs OPENREWARD_API_KEY) with a cached model
   ortrain run --env Eigent/SETA --model Qwen/Qwen3-4B --config configs/seta.yaml
+
+  # two data-parallel ranks on this machine (c10d: Gloo on CPU, NCCL on GPU)
+  ortrain run --config configs/quickstart.yaml --nproc-per-node 2
 
   # check everything without training, or show the resolved config
   ortrain run --config my.yaml --dry-run
@@ -124,6 +140,8 @@ exit with code 2; --resume continues from the latest complete checkpoint.`,
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
+	fs.IntVar(&opts.NProcPerNode, "nproc-per-node", 1, "data-parallel ranks to start on this machine (each trains on per_device_train_batch_size rows of every micro-batch; RANK/WORLD_SIZE or srun set ranks across machines)")
+	opts.args = func() []string { return rankArgs(cmd) }
 	addConfigFlags(fs, opts.Flags)
 	cmd.Long += "\n\n" + envVarHelp()
 	return cmd
@@ -207,9 +225,23 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if opts.DryRun {
 		return dryRun(ctx, cfg, opts)
 	}
+	world, err := launch.FromEnv(opts.Getenv)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	if opts.NProcPerNode < 1 {
+		return usageErrorf("--nproc-per-node %d: want at least 1", opts.NProcPerNode)
+	}
+	if opts.NProcPerNode > 1 {
+		if world.Distributed() {
+			return usageErrorf("--nproc-per-node %d inside a launcher that already set %d ranks (%s): pass one or the other", opts.NProcPerNode, world.WorldSize, world.Source)
+		}
+		return runRanks(ctx, opts, cfg)
+	}
 	logResolved(opts.Logger, cfg)
 	prog := newProgress(opts.IO, opts.Logger)
 	ro := runOptions(opts)
+	ro.World = world
 	ro.OnStart, ro.OnMetrics, ro.OnRollout = prog.start, prog.step, prog.rollout
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
@@ -217,7 +249,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.IO.Out, "%s\n", res.Checkpoint)
+	if world.Rank == 0 {
+		fmt.Fprintf(opts.IO.Out, "%s\n", res.Checkpoint)
+	}
 	return nil
 }
 

@@ -283,6 +283,14 @@ type WorkerConfig struct {
 	OptimizerTimeout time.Duration `mapstructure:"optimizer_timeout"`
 	// SaveTimeout bounds writing one checkpoint (weights and optimizer).
 	SaveTimeout time.Duration `mapstructure:"save_timeout"`
+	// CollectiveTimeout bounds the rendezvous and each collective of a
+	// data-parallel run (more than one rank): a rank waits at the step's
+	// first collective while the slowest rank still rolls out, so it must
+	// exceed the spread of rollout times. A peer that dies is noticed
+	// sooner (its connection closes).
+	CollectiveTimeout time.Duration `mapstructure:"collective_timeout"`
+	// BucketMB caps one gradient all-reduce (PyTorch DDP's bucket_cap_mb).
+	BucketMB int `mapstructure:"bucket_mb"`
 }
 
 // LoggingConfig controls run output.
@@ -361,10 +369,12 @@ func Default() Config {
 		},
 		Worker: WorkerConfig{
 			Device: "cpu", DType: "float32",
-			StepTimeout:      10 * time.Minute,
-			LogprobTimeout:   10 * time.Minute,
-			OptimizerTimeout: 5 * time.Minute,
-			SaveTimeout:      10 * time.Minute,
+			StepTimeout:       10 * time.Minute,
+			LogprobTimeout:    10 * time.Minute,
+			OptimizerTimeout:  5 * time.Minute,
+			SaveTimeout:       10 * time.Minute,
+			CollectiveTimeout: 30 * time.Minute,
+			BucketMB:          25,
 		},
 		Logging: LoggingConfig{LogCompletions: true},
 	}

@@ -208,6 +208,10 @@ func (c *Config) validateRuntime() error {
 		return bad("worker.optimizer_timeout", c.Worker.OptimizerTimeout, "a positive duration such as 5m")
 	case c.Worker.SaveTimeout <= 0:
 		return bad("worker.save_timeout", c.Worker.SaveTimeout, "a positive duration such as 10m")
+	case c.Worker.CollectiveTimeout <= 0:
+		return bad("worker.collective_timeout", c.Worker.CollectiveTimeout, "a positive duration longer than the spread of rollout times across ranks, such as 30m")
+	case c.Worker.BucketMB < 1:
+		return bad("worker.bucket_mb", c.Worker.BucketMB, "a positive size in MiB such as 25")
 	}
 	return oneOf("worker.dtype", c.Worker.DType, "float32", "bfloat16", "float16")
 }

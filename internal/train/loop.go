@@ -72,9 +72,12 @@ type stepLoopConfig struct {
 	// which every tool call failed (0: never).
 	MaxFailedToolSteps int
 	Seed               int64
-	EnvNames           []string
-	Splits             []string
-	Secrets            []map[string]string
+	// Trajectories: the run logs every rollout (logging.log_completions),
+	// so every rank keeps the records of its rollouts for rank 0.
+	Trajectories bool
+	EnvNames     []string
+	Splits       []string
+	Secrets      []map[string]string
 }
 
 // Shape is the batch relations of grpo-reference.md §1.1 for P = 1.
@@ -98,6 +101,8 @@ type stepLoop struct {
 	policy   trainPolicy
 	gen      weightSyncer
 	log      zerolog.Logger
+	// dist is the data-parallel process group (nil: one rank).
+	dist collectives
 
 	step      int // optimizer steps taken
 	microStep int // micro-steps taken
@@ -321,6 +326,9 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 			}
 		}
 		mb := l.round[l.microStep%l.cfg.Shape.S]
+		if l.dist != nil {
+			mb = localSlice(mb, l.dist.Rank(), l.dist.WorldSize())
+		}
 		t0 := time.Now()
 		var st worker.LossStats
 		err := withDeadline(ctx, l.cfg.StepTimeout, func(c context.Context) (err error) {
@@ -336,6 +344,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	if l.async() {
 		if err := l.awaitGeneration(ctx, &m); err != nil {
+			return m, err
+		}
+	}
+	if l.dist != nil {
+		if stats, err = l.reduceGradients(ctx, stats, &m); err != nil {
 			return m, err
 		}
 	}
@@ -381,6 +394,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	// The epoch of the rounds trained on (an async run has drawn further).
 	m.Epoch = l.done.state.Sampler.Epochs[0]
 	m.reduceLoss(stats, l.cfg.Loss)
+	if l.dist != nil {
+		// A global micro-batch's loss is the mean of its P slices' losses.
+		m.Loss /= float64(l.dist.WorldSize())
+		m.WorldSize = l.dist.WorldSize()
+	}
 	m.StepTime = time.Since(start)
 	return m, nil
 }
@@ -445,20 +463,26 @@ type roundStats struct {
 
 // produceRound runs a round's rollouts and turns them into rows. It touches
 // no state the trainer owns (step, sampler, pending round), so async runs
-// call it beside a training step.
+// call it beside a training step. A rank of a data-parallel run rolls out
+// its slice of the round's groups and gathers the others' (dist.go).
 func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, error) {
-	tasks := make([]rollout.Task, len(job.Refs))
-	for i, r := range job.Refs {
-		tasks[i] = rollout.Task{
+	lo, hi := 0, len(job.Refs)
+	if l.dist != nil {
+		lo, hi = rankRange(len(job.Refs), l.dist.Rank(), l.dist.WorldSize())
+	}
+	tasks := make([]rollout.Task, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		r := job.Refs[i]
+		tasks = append(tasks, rollout.Task{
 			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
 			// Every rollout of every round samples with its own seed.
 			Seed: seeds(l.cfg.Seed).rollout(job.Round, i),
-		}
+		})
 	}
 	gr := &genRound{Round: job.Round, Version: job.Version}
 	t0 := time.Now()
 	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
-	gr.Stats.RolloutTime = time.Since(t0)
+	rolloutTime := time.Since(t0)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -466,14 +490,22 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 	if err != nil {
 		return nil, err
 	}
-	gr.Stats.Rewards = l.cfg.Rewards.Metrics(scores)
-	samples, failures := l.toSamples(trajs, scores, &gr.Stats)
-	if err := l.checkToolFailures(trajs); err != nil {
+	part := l.newRoundPart(job, trajs, scores)
+	part.Stats.RolloutTime = rolloutTime
+	if l.dist != nil {
+		if part, err = gatherRound(ctx, l.dist, part); err != nil {
+			return nil, err
+		}
+	}
+	gr.Stats = part.Stats
+	gr.Stats.Rewards = l.cfg.Rewards.Metrics(part.Scores)
+	samples := part.Samples
+	if err := l.checkToolFailures(part.Tools); err != nil {
 		return nil, err
 	}
-	if frac := float64(failures) / float64(len(trajs)); frac > l.cfg.MaxFailureFrac {
+	if frac := float64(part.Failures) / float64(len(samples)); frac > l.cfg.MaxFailureFrac {
 		return nil, fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
-			ErrTooManyFailures, failures, len(trajs), firstFailure(trajs), l.cfg.MaxFailureFrac)
+			ErrTooManyFailures, part.Failures, len(samples), part.FirstFailure, l.cfg.MaxFailureFrac)
 	}
 	rewards := make([]float64, len(samples))
 	for i, s := range samples {
@@ -494,20 +526,36 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 		gr.Versions[i] = job.Version
 	}
 	gr.Stats.Round = grpo.ComputeRoundMetrics(samples, adv)
-	if l.OnTrajectory != nil {
-		for i, t := range trajs {
-			rec := newTrajectoryRecord(job.FirstStep, t, rewards[i], adv.A[i])
-			if l.async() {
-				rec.PolicyVersion = &gr.Versions[i]
-			}
-			b, err := json.Marshal(rec)
-			if err != nil {
-				return nil, fmt.Errorf("encode trajectory: %w", err)
-			}
-			gr.Records = append(gr.Records, b)
+	for i, rec := range part.Records {
+		rec.Reward, rec.Advantage = rewards[i], adv.A[i]
+		if rec.Reward != rec.Reward {
+			rec.Reward = 0
 		}
+		if l.async() {
+			rec.PolicyVersion = &gr.Versions[i]
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("encode trajectory: %w", err)
+		}
+		gr.Records = append(gr.Records, b)
 	}
 	return gr, nil
+}
+
+// newRoundPart is what the trainer keeps of this process's rollouts of a
+// round: samples, scores, counters, and the trajectory records when the
+// run logs them (their rewards and advantages are set once the whole
+// round is known).
+func (l *stepLoop) newRoundPart(job roundJob, trajs []*rollout.Trajectory, scores []reward.Scores) *roundPart {
+	p := &roundPart{Scores: scores, FirstFailure: firstFailure(trajs), Tools: countToolCalls(trajs)}
+	p.Samples, p.Failures = l.toSamples(trajs, scores, &p.Stats)
+	if l.cfg.Trajectories || l.OnTrajectory != nil {
+		for i, t := range trajs {
+			p.Records = append(p.Records, newTrajectoryRecord(job.FirstStep, t, p.Samples[i].Reward, 0))
+		}
+	}
+	return p
 }
 
 // useRound makes gr the round the next micro-steps train on: over-stale
@@ -522,12 +570,20 @@ func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) e
 		m.Staleness = m.Staleness.add(st)
 		l.roundStaleness = &st
 	}
-	if err := l.addReferenceLogprobs(ctx, rows, m); err != nil {
-		return err
+	if l.dist == nil {
+		if err := l.addReferenceLogprobs(ctx, rows, m); err != nil {
+			return err
+		}
 	}
 	mbs, err := grpo.SplitRound(rows, l.cfg.Shape.S, l.cfg.Shape.B, l.cfg.Shape.GA, seeds(l.cfg.Seed).roundShuffle(gr.Round))
 	if err != nil {
 		return err
+	}
+	if l.dist != nil {
+		// Each rank scores only the rows it trains on.
+		if err := l.addReferenceLogprobsDist(ctx, mbs, m); err != nil {
+			return err
+		}
 	}
 	l.round = mbs
 	l.numTokens += gr.Stats.Round.PromptTokens + gr.Stats.Round.SampledTokens
@@ -622,33 +678,38 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 // train on nothing but errors and exit 0.
 var ErrToolsFailing = errors.New("every tool call failed")
 
-// checkToolFailures warns about a round in which every tool call failed,
-// naming the error, and stops after MaxFailedToolSteps such rounds in a row.
-func (l *stepLoop) checkToolFailures(trajs []*rollout.Trajectory) error {
-	calls, failed := 0, 0
-	example := ""
+// countToolCalls counts the rollouts' tool calls and failed ones, with
+// the first error.
+func countToolCalls(trajs []*rollout.Trajectory) toolCounts {
+	var c toolCounts
 	for _, t := range trajs {
 		for _, turn := range t.Turns {
 			if turn.Role != "tool" {
 				continue
 			}
-			calls++
+			c.Calls++
 			if turn.Error != "" {
-				failed++
-				if example == "" {
-					example = turn.Error
+				c.Failed++
+				if c.Example == "" {
+					c.Example = turn.Error
 				}
 			}
 		}
 	}
-	if calls == 0 || failed < calls {
+	return c
+}
+
+// checkToolFailures warns about a round in which every tool call failed,
+// naming the error, and stops after MaxFailedToolSteps such rounds in a row.
+func (l *stepLoop) checkToolFailures(c toolCounts) error {
+	if c.Calls == 0 || c.Failed < c.Calls {
 		l.failedToolRounds = 0
 		return nil
 	}
 	l.failedToolRounds++
-	l.log.Warn().Int("tool_calls", calls).Int("rounds_in_a_row", l.failedToolRounds).Str("error", example).Msg("every tool call of this round failed")
+	l.log.Warn().Int("tool_calls", c.Calls).Int("rounds_in_a_row", l.failedToolRounds).Str("error", c.Example).Msg("every tool call of this round failed")
 	if n := l.cfg.MaxFailedToolSteps; n > 0 && l.failedToolRounds >= n {
-		return fmt.Errorf("%w in %d rounds in a row (rollout.max_failed_tool_steps is %d); the last error: %s", ErrToolsFailing, l.failedToolRounds, n, example)
+		return fmt.Errorf("%w in %d rounds in a row (rollout.max_failed_tool_steps is %d); the last error: %s", ErrToolsFailing, l.failedToolRounds, n, c.Example)
 	}
 	return nil
 }

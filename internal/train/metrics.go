@@ -48,6 +48,12 @@ type StepMetrics struct {
 	WaitTime  time.Duration
 	Staleness staleness
 
+	// Data-parallel runs: the ranks, and the gradient all-reduce's time
+	// and bytes per rank.
+	WorldSize      int
+	AllReduceTime  time.Duration
+	AllReduceBytes int64
+
 	// The step's phase intervals, kept so that a second round in the same
 	// step extends the union instead of adding to it.
 	envSpans, genSpans []rollout.Span
@@ -176,6 +182,11 @@ func (m StepMetrics) Map() map[string]float64 {
 		out["async/staleness_mean"] = ratio(float64(m.Staleness.Sum), float64(m.Staleness.Count))
 		out["async/staleness_max"] = float64(m.Staleness.Max)
 		out["async/dropped_samples"] = float64(m.Staleness.Dropped)
+	}
+	if m.WorldSize > 1 {
+		out["dist/world_size"] = float64(m.WorldSize)
+		out["time/allreduce"] = m.AllReduceTime.Seconds()
+		out["dist/allreduce_mib"] = float64(m.AllReduceBytes) / (1 << 20)
 	}
 	for k, v := range m.Extra {
 		out[k] = v

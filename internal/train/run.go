@@ -14,7 +14,9 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // RunOptions are what a run needs beyond its config.
@@ -39,7 +41,14 @@ type RunOptions struct {
 	// Executable and Environ are used to launch vLLM replicas (engine.kind vllm).
 	Executable string
 	Environ    []string
+	// World is this process's place in a data-parallel run (launch.FromEnv);
+	// the zero value is one process. Rank 0 alone writes the run directory.
+	World launch.World
 }
+
+// rank0 reports whether this process writes the run directory: the only
+// process, or rank 0 of several.
+func (ro RunOptions) rank0() bool { return ro.World.Rank == 0 }
 
 // ErrInterrupted reports that the run stopped on a signal after saving a checkpoint.
 var ErrInterrupted = errors.New("training interrupted")
@@ -73,18 +82,32 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 		return nil, err
 	}
 	defer st.close()
-	loop, err := newRunLoop(cfg, plan, st, ro.Logger)
+	var group *worker.Group
+	if ro.World.Distributed() {
+		if group, err = joinGroup(ctx, cfg, ro.World, st.policy); err != nil {
+			return nil, err
+		}
+		defer group.Close()
+		ro.Logger.Info().Int("rank", ro.World.Rank).Int("world_size", ro.World.WorldSize).Str("backend", group.Backend()).
+			Str("launcher", ro.World.Source).Msg("joined the process group")
+	}
+	loop, err := newRunLoop(cfg, plan, st, ro.World, ro.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if ro.Overwrite {
+	if group != nil {
+		loop.dist = group
+	}
+	if ro.Overwrite && ro.rank0() {
 		if err := clearEarlierRun(cfg.OutputDir); err != nil {
 			return nil, err
 		}
 	}
-	rd, err := openRunDir(cfg, st.modelDir, st.envs, ro, st.lib, loop.Step())
-	if err != nil {
-		return nil, err
+	rd := &runDir{}
+	if ro.rank0() {
+		if rd, err = openRunDir(cfg, st.modelDir, st.envs, ro, st.lib, loop.Step()); err != nil {
+			return nil, err
+		}
 	}
 	defer rd.close()
 	res := &Result{RunDir: cfg.OutputDir}
@@ -116,7 +139,7 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return p, fmt.Errorf("create output_dir: %w", err)
 	}
-	if p.changes != nil {
+	if p.changes != nil && ro.rank0() {
 		if err := recordResumeChanges(cfg.OutputDir, p.resumeStep, p.changes); err != nil {
 			return p, err
 		}
@@ -144,14 +167,24 @@ func planRunChecks(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if _, err := compileRewards(cfg); err != nil {
 		return p, err
 	}
-	if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
+	if err := checkDistributed(cfg, ro.World); err != nil {
 		return p, err
+	}
+	// The other ranks leave output_dir to rank 0, which may be writing
+	// it already: they read only the checkpoint they resume from.
+	if ro.rank0() {
+		if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
+			return p, err
+		}
 	}
 	if !ro.Resume {
 		return p, nil
 	}
 	if p.resumeDir, p.resumeStep, err = LatestCheckpoint(cfg.OutputDir); err != nil {
 		return p, fmt.Errorf("--resume: %w", err)
+	}
+	if !ro.rank0() {
+		return p, nil
 	}
 	saved, err := config.LoadFile(filepath.Join(cfg.OutputDir, "config.yaml"))
 	if err != nil {
@@ -179,8 +212,14 @@ func recordResumeChanges(dir string, step int, changes []config.Change) error {
 
 // newRunLoop builds the task sampler and the loop over the stack, restored
 // from the checkpoint when resuming.
-func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger) (*stepLoop, error) {
+func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log zerolog.Logger) (*stepLoop, error) {
 	shape := plan.shape
+	if w.Distributed() {
+		// The loop works on the global round: P ranks of B rows each
+		// train on every micro-batch (dist.go).
+		shape.B *= w.WorldSize
+		shape.NGen *= w.WorldSize
+	}
 	etasks := make([]envTasks, len(st.envs))
 	for i, e := range st.envs {
 		etasks[i] = envTasks{Indices: e.Indices, Weight: e.Config.Weight}
@@ -224,7 +263,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, log zerolog.Logger)
 func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *stepLoop, p trainPolicy, res *Result, runErr error) (*Result, error) {
 	res.Steps = loop.Step()
 	var optErr *OptimizerError
-	if loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr) {
+	if ro.rank0() && loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr) {
 		saveCtx, cancel := context.WithTimeout(context.Background(), cfg.Worker.SaveTimeout)
 		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, p)
 		cancel()
@@ -284,6 +323,10 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 				ro.Logger.Error().Err(err).Msg("write trajectories.jsonl")
 			}
 		}
+	}
+	if !ro.rank0() {
+		// Rank 0 alone writes checkpoints; every rank resumes from them.
+		return
 	}
 	loop.Checkpoint = func(ctx context.Context, step int) error {
 		ctx, cancel := context.WithTimeout(ctx, cfg.Worker.SaveTimeout)

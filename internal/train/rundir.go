@@ -295,8 +295,11 @@ type runDir struct {
 	tb *tfevents.Writer
 }
 
+// close closes the open logs (a rank other than 0 opens none).
 func (r *runDir) close() {
-	r.metrics.Close()
+	if r.metrics != nil {
+		r.metrics.Close()
+	}
 	if r.trajectories != nil {
 		r.trajectories.Close()
 	}
@@ -308,6 +311,9 @@ func (r *runDir) close() {
 // writeMetrics appends one step to metrics.jsonl and, with TensorBoard on,
 // to RUN_DIR/tb under Hugging Face Trainer's tag names (train/reward, …).
 func (r *runDir) writeMetrics(step int, m map[string]float64) error {
+	if r.metrics == nil {
+		return nil
+	}
 	err := r.metrics.Write(m)
 	if r.tb != nil {
 		if terr := r.tb.AddScalars(step, time.Now(), tfevents.TrainerTags(m)); terr != nil {

@@ -235,7 +235,7 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		Shape: roundShape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
 		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
-		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed,
+		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed, Trajectories: cfg.Logging.LogCompletions,
 		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,
 		MaxFailedToolSteps: cfg.Rollout.MaxFailedToolSteps,
 		// Sampler log-probs from another engine, or from older weights,

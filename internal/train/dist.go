@@ -1,0 +1,309 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/launch"
+	"github.com/ortrain/ortrain/internal/reward"
+	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// Data parallelism (grpo-reference.md §1, §4): every rank draws the same
+// global round from the task sampler and rolls out whole groups for its
+// slice of it; the round's samples are then gathered, so every rank holds
+// the global round and computes advantages, metrics and the micro-batch
+// split exactly as one rank would. Each global micro-batch of P*B rows is
+// cut into P slices of B rows; rank r trains on slice r with the dapo
+// normaliser divided by P, and the gradients are averaged. The result is
+// the one-rank run with the same global batch, up to summation order.
+
+// collectives is the trainer's view of a data-parallel process group
+// (worker.Group).
+type collectives interface {
+	Rank() int
+	WorldSize() int
+	AllGather(ctx context.Context, data []byte) ([][]byte, error)
+	AllReduceGrads(ctx context.Context) (worker.GradSyncStats, error)
+}
+
+// checkDistributed refuses the settings a data-parallel run does not
+// support yet, naming the field.
+func checkDistributed(cfg *config.Config, w launch.World) error {
+	if !w.Distributed() {
+		return nil
+	}
+	switch {
+	case cfg.Async.MaxOffPolicySteps > 0:
+		return &config.FieldError{Field: "async.max_off_policy_steps", Value: cfg.Async.MaxOffPolicySteps,
+			Allowed: fmt.Sprintf("0 with more than one rank (this run has %d): async rollouts run on one rank only", w.WorldSize)}
+	case cfg.Engine.Kind == "vllm":
+		return &config.FieldError{Field: "engine.kind", Value: cfg.Engine.Kind,
+			Allowed: fmt.Sprintf("builtin with more than one rank (this run has %d): vLLM replicas serve one rank only", w.WorldSize)}
+	}
+	return nil
+}
+
+// joinGroup joins the run's process group through rank 0's store and
+// makes every rank start from rank 0's trainable weights.
+func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy) (*worker.Group, error) {
+	g, err := p.m.JoinGroup(ctx, worker.DistOptions{
+		Addr: w.MasterAddr, Port: w.MasterPort, Rank: w.Rank, WorldSize: w.WorldSize,
+		Timeout: cfg.Worker.CollectiveTimeout, BucketBytes: int64(cfg.Worker.BucketMB) << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d of %d: join the process group at %s:%d (set by %s): %w", w.Rank, w.WorldSize, w.MasterAddr, w.MasterPort, w.Source, err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, cfg.Worker.CollectiveTimeout)
+	defer cancel()
+	if err := g.BroadcastTrainable(bctx); err != nil {
+		_ = g.Close()
+		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
+	}
+	return g, nil
+}
+
+// rankRange is the part [lo, hi) of n items that rank takes of size
+// ranks; n is a multiple of size (whole groups per rank).
+func rankRange(n, rank, size int) (lo, hi int) {
+	per := n / size
+	return rank * per, (rank + 1) * per
+}
+
+// roundPart is one rank's rollouts of a round, as the trainer needs them
+// once the rollouts are done: samples, scores, the phase times and
+// counters, and (when trajectories are logged) their records.
+type roundPart struct {
+	Samples      []grpo.Sample
+	Scores       []reward.Scores
+	Failures     int
+	FirstFailure string
+	Stats        roundStats
+	Tools        toolCounts
+	Records      []trajectoryRecord
+}
+
+// toolCounts are a round's tool calls: how many, how many failed, and the
+// first error.
+type toolCounts struct {
+	Calls, Failed int
+	Example       string
+}
+
+// wireRoundPart is roundPart as it crosses the process group: errors as
+// text, records as JSON (their turns hold arbitrary JSON values).
+type wireRoundPart struct {
+	Samples      []grpo.Sample
+	Scores       []wireScores
+	Failures     int
+	FirstFailure string
+	Stats        wireRoundStats
+	Tools        toolCounts
+	Records      [][]byte
+}
+
+type wireScores struct {
+	Values []float64
+	Total  float64
+	Err    string
+}
+
+type wireRoundStats struct {
+	RolloutTime        time.Duration
+	Outcomes           map[string]int
+	FormatErrors       int
+	EnvBusy, GenBusy   time.Duration
+	EnvSpans, GenSpans []rollout.Span
+}
+
+func (p *roundPart) wire() (wireRoundPart, error) {
+	w := wireRoundPart{Samples: p.Samples, Failures: p.Failures, FirstFailure: p.FirstFailure, Tools: p.Tools,
+		Stats: wireRoundStats{RolloutTime: p.Stats.RolloutTime, Outcomes: p.Stats.Outcomes, FormatErrors: p.Stats.FormatErrors,
+			EnvBusy: p.Stats.EnvBusy, GenBusy: p.Stats.GenBusy, EnvSpans: p.Stats.EnvSpans, GenSpans: p.Stats.GenSpans}}
+	for _, s := range p.Scores {
+		ws := wireScores{Values: s.Values, Total: s.Total}
+		if s.Err != nil {
+			ws.Err = s.Err.Error()
+		}
+		w.Scores = append(w.Scores, ws)
+	}
+	for _, r := range p.Records {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return w, fmt.Errorf("encode trajectory: %w", err)
+		}
+		w.Records = append(w.Records, b)
+	}
+	return w, nil
+}
+
+// appendWire appends another rank's part (in rank order, so the merged
+// round is the global round in task order).
+func (p *roundPart) appendWire(w wireRoundPart) error {
+	p.Samples = append(p.Samples, w.Samples...)
+	for _, s := range w.Scores {
+		sc := reward.Scores{Values: s.Values, Total: s.Total}
+		if s.Err != "" {
+			sc.Err = errors.New(s.Err)
+		}
+		p.Scores = append(p.Scores, sc)
+	}
+	p.Failures += w.Failures
+	if p.FirstFailure == "" {
+		p.FirstFailure = w.FirstFailure
+	}
+	st := &p.Stats
+	st.RolloutTime = max(st.RolloutTime, w.Stats.RolloutTime)
+	if st.Outcomes == nil {
+		st.Outcomes = map[string]int{}
+	}
+	for k, v := range w.Stats.Outcomes {
+		st.Outcomes[k] += v
+	}
+	st.FormatErrors += w.Stats.FormatErrors
+	st.EnvBusy += w.Stats.EnvBusy
+	st.GenBusy += w.Stats.GenBusy
+	st.EnvSpans = append(st.EnvSpans, w.Stats.EnvSpans...)
+	st.GenSpans = append(st.GenSpans, w.Stats.GenSpans...)
+	p.Tools.Calls += w.Tools.Calls
+	p.Tools.Failed += w.Tools.Failed
+	if p.Tools.Example == "" {
+		p.Tools.Example = w.Tools.Example
+	}
+	for _, b := range w.Records {
+		var r trajectoryRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("decode a trajectory of another rank: %w", err)
+		}
+		p.Records = append(p.Records, r)
+	}
+	return nil
+}
+
+// gatherRound returns the global round: every rank's part, in rank order.
+func gatherRound(ctx context.Context, g collectives, local *roundPart) (*roundPart, error) {
+	w, err := local.wire()
+	if err != nil {
+		return nil, err
+	}
+	parts, err := gatherGob(ctx, g, w)
+	if err != nil {
+		return nil, fmt.Errorf("gather the round's rollouts: %w", err)
+	}
+	out := &roundPart{Stats: roundStats{Outcomes: map[string]int{}}}
+	for _, p := range parts {
+		if err := out.appendWire(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// gatherGob all-gathers one gob-encoded value per rank.
+func gatherGob[T any](ctx context.Context, g collectives, v T) ([]T, error) {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	all, err := g.AllGather(ctx, buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(all))
+	for i, b := range all {
+		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&out[i]); err != nil {
+			return nil, fmt.Errorf("decode rank %d's part: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// localSlice is rank's part of a global micro-batch: B of its P*B rows,
+// with the round's active-token count divided by P (grpo-reference.md
+// §4: the dapo normaliser is the global count over P, and the gradients
+// are averaged over ranks).
+func localSlice(mb grpo.MicroBatch, rank, size int) grpo.MicroBatch {
+	lo, hi := rankRange(len(mb.Rows), rank, size)
+	out := mb
+	out.Rows = mb.Rows[lo:hi]
+	out.RoundTokens = mb.RoundTokens / float64(size)
+	return out
+}
+
+// rankLogprobs are one rank's old and reference log-probs of its slices
+// of a round's micro-batches, in micro-batch then row order.
+type rankLogprobs struct {
+	Old, Ref [][]float32
+}
+
+// addReferenceLogprobsDist computes the old and reference log-probs of
+// this rank's slices only, then gathers them, so every rank holds the
+// round complete (rank 0 checkpoints it; every rank resumes from it).
+func (l *stepLoop) addReferenceLogprobsDist(ctx context.Context, mbs []grpo.MicroBatch, m *StepMetrics) error {
+	if !l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) && l.cfg.Loss.Beta <= 0 {
+		return nil
+	}
+	rank, size := l.dist.Rank(), l.dist.WorldSize()
+	var local []grpo.Row
+	for _, mb := range mbs {
+		local = append(local, localSlice(mb, rank, size).Rows...)
+	}
+	local = append([]grpo.Row(nil), local...)
+	if err := l.addReferenceLogprobs(ctx, local, m); err != nil {
+		return err
+	}
+	mine := rankLogprobs{}
+	for _, r := range local {
+		mine.Old = append(mine.Old, r.OldLogprobs)
+		mine.Ref = append(mine.Ref, r.RefLogprobs)
+	}
+	all, err := gatherGob(ctx, l.dist, mine)
+	if err != nil {
+		return fmt.Errorf("gather log-probs: %w", err)
+	}
+	for r, lp := range all {
+		i := 0
+		for s := range mbs {
+			lo, hi := rankRange(len(mbs[s].Rows), r, size)
+			for j := lo; j < hi; j++ {
+				if i >= len(lp.Old) || i >= len(lp.Ref) {
+					return fmt.Errorf("gather log-probs: rank %d sent %d rows", r, len(lp.Old))
+				}
+				mbs[s].Rows[j].OldLogprobs, mbs[s].Rows[j].RefLogprobs = lp.Old[i], lp.Ref[i]
+				i++
+			}
+		}
+	}
+	return nil
+}
+
+// reduceGradients averages the step's gradients over the ranks and
+// gathers every rank's loss statistics, so the step's metrics describe
+// the global batch: the loss of a global micro-batch is the mean of its
+// slices' losses.
+func (l *stepLoop) reduceGradients(ctx context.Context, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error) {
+	t0 := time.Now()
+	gs, err := l.dist.AllReduceGrads(ctx)
+	m.AllReduceTime = time.Since(t0)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: all-reduce gradients: %w", l.step+1, err)
+	}
+	m.AllReduceBytes = gs.Bytes
+	all, err := gatherGob(ctx, l.dist, stats)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: gather loss statistics: %w", l.step+1, err)
+	}
+	var out []worker.LossStats
+	for _, s := range all {
+		out = append(out, s...)
+	}
+	return out, nil
+}
