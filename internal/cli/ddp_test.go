@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -382,4 +383,41 @@ func mustRead(t *testing.T, path string) []byte {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// TestDataParallelSharesReplicas runs two ranks against one `ortrain
+// serve-engine` replica (engine.vllm_urls): both ranks sample from it,
+// rank 0 alone pushes each step's weights and the other rank follows, and
+// the rewards match one rank on the builtin engine with the global batch.
+func TestDataParallelSharesReplicas(t *testing.T) {
+	f := newDDPFixture(t)
+	cfg1, dir1 := f.writeConfig(t, "builtin", "dapo", false, 8, 3)
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
+
+	srv := exec.Command(f.bin, "serve-engine", "--model", f.modelDir, "--port", "0", "--threads", "1", "--worker-lib", f.lib)
+	stdout, err := srv.StdoutPipe()
+	require.NoError(t, err)
+	var srvLog lockedBuffer
+	srv.Stderr = &srvLog
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "serve-engine: %s", &srvLog)
+	url := strings.TrimSpace(line)
+
+	cfg2, dir2 := f.writeConfig(t, "replicas", "dapo", false, 4, 3)
+	y := strings.Replace(string(mustRead(t, cfg2)), "rollout:\n", "engine:\n  kind: vllm\n  vllm_urls: ["+url+"]\n  vllm_sync_dir: "+filepath.Join(f.work, "sync")+"\nrollout:\n", 1)
+	require.NoError(t, os.WriteFile(cfg2, []byte(y), 0o644))
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
+
+	one, two := stepMetrics(t, dir1), stepMetrics(t, dir2)
+	require.Len(t, two, 3)
+	for i := range one {
+		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
+	}
+	pushes := func(rank int) int {
+		return strings.Count(string(mustRead(t, filepath.Join(dir2, "ranks", fmt.Sprintf("rank-%d.log", rank)))), "synced weights to vLLM")
+	}
+	assert.Equal(t, 3, pushes(0), "rank 0 pushes every step's weights")
+	assert.Equal(t, 0, pushes(1), "rank 1 follows without pushing")
 }

@@ -74,6 +74,11 @@ type VLLMOptions struct {
 	SyncTimeout time.Duration
 	// KeepVersions is how many policy-vN directories stay on disk (default 2).
 	KeepVersions int
+	// Follower: another process (rank 0 of a data-parallel run) pushes
+	// the weights to these replicas; SyncWeights only moves this backend
+	// to the version that process pushed (the LoRA adapter's name), and
+	// must run after it.
+	Follower bool
 	// Timeout bounds one Generate, retries included, when ctx has no
 	// earlier deadline (default 5 minutes).
 	Timeout time.Duration
@@ -364,6 +369,9 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	v.syncMu.Lock()
 	defer v.syncMu.Unlock()
 	version := v.version + 1
+	if v.opts.Follower {
+		return v.follow(step, version, start)
+	}
 	dir, err := v.export(ctx, version)
 	if err != nil {
 		return fmt.Errorf("sync weights for step %d: %w", step, err)
@@ -379,6 +387,21 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	v.model, v.stats = model, st
 	v.mu.Unlock()
 	v.opts.Logger.Info().Int("step", step).Int("version", version).Str("model", model).Dur("took", st.Duration).Msg("synced weights to vLLM")
+	return nil
+}
+
+// follow moves a follower to the version the leader pushed: requests name
+// its adapter from now on (full weights keep the model's name).
+func (v *VLLM) follow(step, version int, start time.Time) error {
+	v.version = version
+	model := v.Model()
+	if v.opts.SyncMode == SyncLoRA {
+		model = "policy-v" + strconv.Itoa(version)
+		v.adapter = model
+	}
+	v.mu.Lock()
+	v.model, v.stats = model, SyncStats{Step: step, Version: version, Model: model, Duration: time.Since(start)}
+	v.mu.Unlock()
 	return nil
 }
 

@@ -45,9 +45,9 @@ func checkDistributed(cfg *config.Config, w launch.World) error {
 	case cfg.Async.MaxOffPolicySteps > 0:
 		return &config.FieldError{Field: "async.max_off_policy_steps", Value: cfg.Async.MaxOffPolicySteps,
 			Allowed: fmt.Sprintf("0 with more than one rank (this run has %d): async rollouts run on one rank only", w.WorldSize)}
-	case cfg.Engine.Kind == "vllm":
-		return &config.FieldError{Field: "engine.kind", Value: cfg.Engine.Kind,
-			Allowed: fmt.Sprintf("builtin with more than one rank (this run has %d): vLLM replicas serve one rank only", w.WorldSize)}
+	case cfg.Engine.Kind == "vllm" && len(cfg.Engine.VLLMURLs) == 0:
+		return &config.FieldError{Field: "engine.vllm_urls", Value: "[]",
+			Allowed: fmt.Sprintf("the replicas every rank samples from, with more than one rank (this run has %d): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read", w.WorldSize)}
 	}
 	return nil
 }
@@ -69,6 +69,27 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
 	}
 	return g, nil
+}
+
+// syncWeights makes generation use the step's weights. The ranks of a
+// data-parallel run that share replicas take turns: rank 0 pushes, every
+// rank waits for it, then the others move to the version it pushed.
+func (l *stepLoop) syncWeights(ctx context.Context) error {
+	if l.dist == nil || !l.cfg.SharedEngine {
+		return l.gen.SyncWeights(ctx, l.step)
+	}
+	if l.dist.Rank() == 0 {
+		if err := l.gen.SyncWeights(ctx, l.step); err != nil {
+			return err
+		}
+	}
+	if _, err := l.dist.AllGather(ctx, []byte{1}); err != nil {
+		return fmt.Errorf("wait for rank 0's push: %w", err)
+	}
+	if l.dist.Rank() == 0 {
+		return nil
+	}
+	return l.gen.SyncWeights(ctx, l.step)
 }
 
 // rankRange is the part [lo, hi) of n items that rank takes of size

@@ -36,6 +36,8 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 		export = policy.m.SavePEFT
 	}
 	opts := vllmOptions(cfg, modelDir, export, ro, log)
+	// Rank 0 alone pushes weights to the replicas all ranks share.
+	opts.Follower = !ro.rank0()
 	if len(opts.URLs) == 0 && opts.APIKey == "" && !vllm.IsLoopback(opts.Launch.Host) {
 		// Replicas reachable from the network get a key only this run knows.
 		key, err := randomKey()

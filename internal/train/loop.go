@@ -72,6 +72,9 @@ type stepLoopConfig struct {
 	// which every tool call failed (0: never).
 	MaxFailedToolSteps int
 	Seed               int64
+	// SharedEngine: the ranks of a data-parallel run sample from the same
+	// replicas, which rank 0 updates (dist.go, syncWeights).
+	SharedEngine bool
 	// Trajectories: the run logs every rollout (logging.log_completions),
 	// so every rank keeps the records of its rollouts for rank 0.
 	Trajectories bool
@@ -381,7 +384,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		// assume (the copy takes a fraction of the step).
 		syncCtx = context.WithoutCancel(ctx)
 	}
-	if err := l.gen.SyncWeights(syncCtx, l.step); err != nil {
+	if err := l.syncWeights(syncCtx); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)

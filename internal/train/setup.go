@@ -242,6 +242,7 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		// reweight the loss (TIS/MIS).
 		UseSamplerLogps:   (cfg.Engine.Kind == "vllm" || cfg.Async.MaxOffPolicySteps > 0) && g.VLLMISCorrection,
 		MaxOffPolicySteps: cfg.Async.MaxOffPolicySteps,
+		SharedEngine:      cfg.Engine.Kind == "vllm",
 		// The async builtin copy scores its rounds again where sampling
 		// truncates nothing (see rescoreSamplerLogprobs).
 		RescoreSamplerLogps: g.TopP == 1 && g.TopK == 0 && g.MinP == 0,
