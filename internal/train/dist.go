@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/config"
@@ -50,6 +51,28 @@ func checkDistributed(cfg *config.Config, w launch.World) error {
 			Allowed: fmt.Sprintf("the replicas every rank samples from, with more than one rank (this run has %d): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read", w.WorldSize)}
 	}
 	return nil
+}
+
+// rankDevice is the device a rank trains on. worker.device "cuda" means
+// this rank's GPU: worker.gpus[LOCAL_RANK] when worker.gpus is set, else
+// cuda:LOCAL_RANK — unless CUDA_VISIBLE_DEVICES shows the process a single
+// GPU (srun --gpus-per-task=1, one GPU per pod), which is cuda:0. "cpu" and
+// an explicit "cuda:N" are kept.
+func rankDevice(device string, gpus []int, w launch.World, getenv func(string) string) (string, error) {
+	if device != "cuda" || !w.Distributed() {
+		return device, nil
+	}
+	if v := strings.TrimSpace(getenv("CUDA_VISIBLE_DEVICES")); v != "" && !strings.Contains(v, ",") {
+		return "cuda:0", nil
+	}
+	if len(gpus) == 0 {
+		return fmt.Sprintf("cuda:%d", w.LocalRank), nil
+	}
+	if w.LocalRank >= len(gpus) {
+		return "", &config.FieldError{Field: "worker.gpus", Value: gpus,
+			Allowed: fmt.Sprintf("one GPU per local rank: local rank %d of %d has none", w.LocalRank, w.LocalWorldSize)}
+	}
+	return fmt.Sprintf("cuda:%d", gpus[w.LocalRank]), nil
 }
 
 // joinGroup joins the run's process group through rank 0's store and

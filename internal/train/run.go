@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 		return nil, err
 	}
 	st, err := buildStack(ctx, cfg, stackOptions{
-		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger,
+		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger, world: ro.World,
 		engine: func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error) {
 			return startEngine(ctx, cfg, modelDir, p, ro)
 		},

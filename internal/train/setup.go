@@ -15,6 +15,7 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
@@ -42,6 +43,8 @@ type stackOptions struct {
 	reference  bool   // keep a frozen reference model (beta > 0)
 	getenv     func(string) string
 	logger     zerolog.Logger
+	// world places a rank of a data-parallel run on its own GPU (rankDevice).
+	world launch.World
 	// engine builds the generation backend over the loaded policy.
 	engine func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error)
 }
@@ -70,7 +73,15 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 	if err = checkFinalAnswerTools(ctx, cfg, st.envs); err != nil {
 		return nil, err
 	}
-	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
+	pcfg := cfg
+	if so.world.Distributed() {
+		c := *cfg
+		if c.Worker.Device, err = rankDevice(cfg.Worker.Device, cfg.Worker.GPUs, so.world, so.getenv); err != nil {
+			return nil, err
+		}
+		pcfg = &c
+	}
+	if st.lib, st.policy, err = loadPolicy(ctx, pcfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
 		return nil, err
 	}
 	if so.adapterDir != "" {
