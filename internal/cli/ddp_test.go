@@ -414,6 +414,8 @@ func TestDataParallelSharesReplicas(t *testing.T) {
 	require.Len(t, two, 3)
 	for i := range one {
 		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
+		assert.Contains(t, two[i], "router/moved_sessions", "step %d reports the router", i+1)
+		assert.Zero(t, two[i]["router/moved_sessions"], "step %d: no replica failed", i+1)
 	}
 	pushes := func(rank int) int {
 		return strings.Count(string(mustRead(t, filepath.Join(dir2, "ranks", fmt.Sprintf("rank-%d.log", rank)))), "synced weights to vLLM")

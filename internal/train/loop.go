@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
@@ -388,6 +389,9 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)
+	if r, ok := l.gen.(interface{ RouterStats() engine.RouterStats }); ok {
+		addRouterStats(m.Extra, r.RouterStats())
+	}
 	if l.async() {
 		// The sampler holds this step's weights: the rounds of this
 		// version start, beside the next step's training.
@@ -404,6 +408,21 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	m.StepTime = time.Since(start)
 	return m, nil
+}
+
+// addRouterStats reports how the replica router spread this rank's
+// requests: sessions moved off a failed replica (since the start) and the
+// busiest replica's share of the requests.
+func addRouterStats(extra map[string]float64, st engine.RouterStats) {
+	var total, most int64
+	for _, n := range st.Requests {
+		total += n
+		most = max(most, n)
+	}
+	extra["router/moved_sessions"] = float64(st.Moved)
+	if total > 0 && len(st.Requests) > 1 {
+		extra["router/max_replica_share"] = float64(most) / float64(total)
+	}
 }
 
 // withDeadline runs f under its own deadline (none when d is 0); a worker
