@@ -376,6 +376,55 @@ func TestDataParallelInterrupt(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, step, 2)
 	assert.GreaterOrEqual(t, lines(filepath.Join(dir, "metrics.jsonl")), step)
+
+	// Both ranks resume from it and train one more step together.
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg, "--resume", "--nproc-per-node", "2", "--max-steps", strconv.Itoa(step+1))
+	_, last, err := train.LatestCheckpoint(dir)
+	require.NoError(t, err)
+	assert.Equal(t, step+1, last)
+	m := stepMetrics(t, dir)
+	require.Len(t, m, step+1, "every step logged once")
+	assert.Equal(t, float64(step+1), m[step]["step"])
+	assert.Equal(t, 2.0, m[step]["dist/world_size"])
+}
+
+// TestDataParallelPeerDiesWithoutLauncher: two ranks started by hand (no
+// supervisor to stop the survivor); one is killed with SIGKILL and the
+// other notices at its next collective and exits non-zero within the
+// collective timeout (20s) + 10s.
+func TestDataParallelPeerDiesWithoutLauncher(t *testing.T) {
+	f := newDDPFixture(t)
+	cfg, dir := f.writeConfig(t, "orphaned", "dapo", false, 4, 1000)
+	port := freeTCPPort(t)
+	var cmds [2]*exec.Cmd
+	var logs [2]lockedBuffer
+	done := make(chan error, 1)
+	for rank := range 2 {
+		cmd := exec.Command(f.bin, "run", "--config", cfg, "--log-format", "json")
+		cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+f.lib, "RANK="+strconv.Itoa(rank), "WORLD_SIZE=2",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		cmd.Stderr = &logs[rank]
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		cmds[rank] = cmd
+	}
+	go func() { done <- cmds[0].Wait() }()
+	waitSteps(t, dir, 2, done)
+	require.NoError(t, cmds[1].Process.Kill())
+	_ = cmds[1].Wait()
+	killed := time.Now()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rank 0 still runs 30s after rank 1 was killed: %s", &logs[0])
+	}
+	t.Logf("rank 0 exited %v after its peer was killed: %v", time.Since(killed).Round(time.Millisecond), err)
+	var exitErr *exec.ExitError
+	require.True(t, errors.As(err, &exitErr), "exit: %v", err)
+	assert.NotEqual(t, 0, exitErr.ExitCode())
+	_, _, err = train.LatestCheckpoint(dir)
+	assert.NoError(t, err, "rank 0 kept its last complete checkpoint")
 }
 
 func mustRead(t *testing.T, path string) []byte {

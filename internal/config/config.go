@@ -49,10 +49,18 @@ type AsyncConfig struct {
 	// the rest are reweighted with the sampler's log-probs
 	// (grpo.vllm_importance_sampling_*). 0 is the synchronous loop.
 	MaxOffPolicySteps int `mapstructure:"max_off_policy_steps"`
-	// SamplerThreads is the intra-op thread count of the builtin engine's
-	// sampler copy (0: worker.threads). On a small CPU the two models
-	// compete for the cores; fewer sampler threads can help.
+	// SamplerThreads is the intra-op thread count of each of the builtin
+	// engine's sampler copies (0: half of worker.threads, at least 1: the
+	// copies sample while the policy trains, and on a small CPU they would
+	// otherwise compete for the cores).
 	SamplerThreads int `mapstructure:"sampler_threads"`
+	// SamplerCopies is how many weight versions the builtin engine's
+	// sampler holds (1 or 2). With 2, the rounds of version v+1 start as
+	// soon as step v+1 is done while those of version v still run (an
+	// env-bound round then spans two steps of training), at the memory of
+	// one more copy of the trainable weights' model. vLLM replicas hold
+	// one version.
+	SamplerCopies int `mapstructure:"sampler_copies"`
 }
 
 // EnvConfig is one ORS environment to draw tasks from.
@@ -311,6 +319,7 @@ func Default() Config {
 	return Config{
 		OutputDir: "runs/latest",
 		Seed:      42,
+		Async:     AsyncConfig{SamplerCopies: 2},
 		Chat:      ChatConfig{ToolCallFormat: "auto", RenderTools: true},
 		GRPO: GRPOConfig{
 			NumGenerations:            8,

@@ -158,6 +158,7 @@ func TestValidationErrors(t *testing.T) {
 		}, "grpo.lora.modules_to_save[1]"},
 		{"async negative", func(c *Config) { c.Async.MaxOffPolicySteps = -1 }, "async.max_off_policy_steps"},
 		{"sampler threads negative", func(c *Config) { c.Async.SamplerThreads = -1 }, "async.sampler_threads"},
+		{"sampler copies 3", func(c *Config) { c.Async.SamplerCopies = 3 }, "async.sampler_copies"},
 		{"tool latency negative", func(c *Config) {
 			c.Envs = []EnvConfig{{Target: "builtin:letters", Split: "train", Weight: 1, ToolLatency: -time.Second}}
 		}, "envs[0].tool_latency"},
@@ -286,7 +287,7 @@ logging: {tensorboard: true, log_prompts: true}
 	assert.Equal(t, "letters/validation", cfg.Envs[1].Name)
 	assert.Equal(t, 300*time.Millisecond, cfg.Envs[1].ToolLatency)
 	assert.Zero(t, cfg.Envs[0].ToolLatency)
-	assert.Equal(t, AsyncConfig{MaxOffPolicySteps: 2, SamplerThreads: 1}, cfg.Async)
+	assert.Equal(t, AsyncConfig{MaxOffPolicySteps: 2, SamplerThreads: 1, SamplerCopies: 2}, cfg.Async)
 	assert.Equal(t, RolloutConfig{MaxConcurrency: 64, EpisodeTimeout: 10 * time.Minute, CallTimeout: 2 * time.Minute,
 		MaxFailureFraction: 0.5, MaxRetries: 5, RetryBackoff: 2 * time.Second, EnvDownTimeout: time.Minute}, cfg.Rollout)
 	assert.Equal(t, time.Hour, cfg.Worker.StepTimeout)

@@ -137,6 +137,9 @@ func (c *Config) validateRuntime() error {
 	if n := c.Async.SamplerThreads; n < 0 {
 		return bad("async.sampler_threads", n, "0 (worker.threads) or a positive thread count")
 	}
+	if n := c.Async.SamplerCopies; n < 1 || n > 2 {
+		return bad("async.sampler_copies", n, "1 (one weight version in flight) or 2 (two: rounds overlap two steps, one more model in memory)")
+	}
 	if c.Engine.Kind == "vllm" && c.GRPO.LoRA.Enabled && len(c.GRPO.LoRA.ModulesToSave) > 0 {
 		return bad("grpo.lora.modules_to_save", c.GRPO.LoRA.ModulesToSave,
 			"empty with engine.kind vllm: vLLM loads LoRA adapters without full modules (use engine.kind builtin, or turn LoRA off to sync full weights)")

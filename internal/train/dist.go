@@ -131,7 +131,6 @@ type roundPart struct {
 	Failures     int
 	FirstFailure string
 	Stats        roundStats
-	Tools        toolCounts
 	Records      []trajectoryRecord
 }
 
@@ -169,7 +168,7 @@ type wireRoundStats struct {
 }
 
 func (p *roundPart) wire() (wireRoundPart, error) {
-	w := wireRoundPart{Samples: p.Samples, Failures: p.Failures, FirstFailure: p.FirstFailure, Tools: p.Tools,
+	w := wireRoundPart{Samples: p.Samples, Failures: p.Failures, FirstFailure: p.FirstFailure, Tools: p.Stats.Tools,
 		Stats: wireRoundStats{RolloutTime: p.Stats.RolloutTime, Outcomes: p.Stats.Outcomes, FormatErrors: p.Stats.FormatErrors,
 			EnvBusy: p.Stats.EnvBusy, GenBusy: p.Stats.GenBusy, EnvSpans: p.Stats.EnvSpans, GenSpans: p.Stats.GenSpans}}
 	for _, s := range p.Scores {
@@ -217,10 +216,10 @@ func (p *roundPart) appendWire(w wireRoundPart) error {
 	st.GenBusy += w.Stats.GenBusy
 	st.EnvSpans = append(st.EnvSpans, w.Stats.EnvSpans...)
 	st.GenSpans = append(st.GenSpans, w.Stats.GenSpans...)
-	p.Tools.Calls += w.Tools.Calls
-	p.Tools.Failed += w.Tools.Failed
-	if p.Tools.Example == "" {
-		p.Tools.Example = w.Tools.Example
+	st.Tools.Calls += w.Tools.Calls
+	st.Tools.Failed += w.Tools.Failed
+	if st.Tools.Example == "" {
+		st.Tools.Example = w.Tools.Example
 	}
 	for _, b := range w.Records {
 		var r trajectoryRecord

@@ -102,9 +102,9 @@ func TestGatherRoundKeepsRankOrderAndFailures(t *testing.T) {
 			Samples:  []grpo.Sample{{PromptIDs: []int32{1}, CompletionIDs: []int32{2, 3}, ToolMask: []uint8{1, 1}, Reward: r}},
 			Scores:   []reward.Scores{{Values: []float64{r}, Total: r, Err: scoreErr}},
 			Failures: map[bool]int{true: 1}[math.IsNaN(r)],
-			Stats:    roundStats{Outcomes: map[string]int{"done": 1}, FormatErrors: 2, EnvBusy: time.Second},
-			Tools:    toolCounts{Calls: 3, Failed: 1, Example: fmt.Sprintf("env %d", env)},
-			Records:  []trajectoryRecord{{Env: env, Turns: []rollout.Turn{{Role: "tool", Text: "x"}}}},
+			Stats: roundStats{Outcomes: map[string]int{"done": 1}, FormatErrors: 2, EnvBusy: time.Second,
+				Tools: toolCounts{Calls: 3, Failed: 1, Example: fmt.Sprintf("env %d", env)}},
+			Records: []trajectoryRecord{{Env: env, Turns: []rollout.Turn{{Role: "tool", Text: "x"}}}},
 		}
 	}
 	peer, err := part(math.NaN(), 1, errors.New("reward server down")).wire()
@@ -124,7 +124,7 @@ func TestGatherRoundKeepsRankOrderAndFailures(t *testing.T) {
 	assert.Equal(t, map[string]int{"done": 2}, got.Stats.Outcomes)
 	assert.Equal(t, 4, got.Stats.FormatErrors)
 	assert.Equal(t, 2*time.Second, got.Stats.EnvBusy)
-	assert.Equal(t, toolCounts{Calls: 6, Failed: 2, Example: "env 0"}, got.Tools)
+	assert.Equal(t, toolCounts{Calls: 6, Failed: 2, Example: "env 0"}, got.Stats.Tools)
 	require.Len(t, got.Records, 2)
 	assert.Equal(t, []int{0, 1}, []int{got.Records[0].Env, got.Records[1].Env})
 }

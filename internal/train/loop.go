@@ -127,8 +127,10 @@ type stepLoop struct {
 	// training, in order; the goroutine generating (nil when idle); the
 	// staleness of the round in use.
 	queue          []*roundSlot
-	inflight       *generation
+	inflight       []*generation
 	roundStaleness *staleness
+	// launched is the policy version whose rounds were launched last.
+	launched int
 
 	// Hooks for the CLI: metrics sink, trajectory sink, progress.
 	OnMetrics     func(StepMetrics)
@@ -144,7 +146,7 @@ func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p tr
 		cfg.Rewards, _ = reward.Compile(nil, reward.Options{Aggregation: cfg.Aggregation})
 	}
 	l := &stepLoop{
-		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log,
+		cfg: cfg, sampler: sampler, rollouts: r, policy: p, gen: g, log: log, launched: -1,
 	}
 	// Step 0 is a boundary too: a failed first step rolls back to it.
 	l.done = snapshot{state: State{Sampler: sampler.State()}}
@@ -171,8 +173,9 @@ type snapshot struct {
 	// round is the generation round later steps still train on (nil when
 	// the last step consumed it).
 	round []grpo.MicroBatch
-	// ahead are the rounds generated for later steps (async runs).
-	ahead []*genRound
+	// ahead are the rounds drawn for later steps (async runs); some may
+	// still be generating (AheadRounds waits for them).
+	ahead []*roundSlot
 }
 
 // State returns the state of the last completed step.
@@ -181,10 +184,6 @@ func (l *stepLoop) State() State { return l.done.state }
 // PendingRound is the round the next steps train on before generating a
 // new one; a checkpoint saves it so resume trains on the same samples.
 func (l *stepLoop) PendingRound() []grpo.MicroBatch { return l.done.round }
-
-// AheadRounds are the rounds generated for later steps (async runs); a
-// checkpoint saves them so resume trains on the same samples.
-func (l *stepLoop) AheadRounds() []*genRound { return l.done.ahead }
 
 // commit marks the current position as the last completed step.
 func (l *stepLoop) commit() {
@@ -197,7 +196,7 @@ func (l *stepLoop) commit() {
 			st.RoundStaleness = &rs
 		}
 	}
-	l.done = snapshot{state: st, round: round, ahead: l.aheadRounds()}
+	l.done = snapshot{state: st, round: round, ahead: slices.Clone(l.queue)}
 	for _, write := range l.pending {
 		write()
 	}
@@ -215,7 +214,9 @@ func (l *stepLoop) rollback() error {
 	l.step, l.microStep, l.numTokens, l.round = st.Step, st.MicroStep, st.NumTokens, l.done.round
 	l.pending = nil
 	if l.async() {
-		l.stopGeneration()
+		// The rounds launched after the boundary are drawn again; older
+		// ones (a second sampler copy's) keep generating.
+		l.cancelGeneration(st.Step)
 		l.restoreAhead(st, l.done.ahead)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -231,17 +232,20 @@ func (l *stepLoop) Restore(st State, round []grpo.MicroBatch, ahead []*genRound)
 	}
 	l.step, l.microStep, l.numTokens = st.Step, st.MicroStep, st.NumTokens
 	l.round = round
-	l.done = snapshot{state: st, round: round, ahead: ahead}
-	l.restoreAhead(st, ahead)
+	slots := make([]*roundSlot, len(ahead))
+	for i, gr := range ahead {
+		slots[i] = doneSlot(gr)
+	}
+	l.done = snapshot{state: st, round: round, ahead: slots}
+	l.restoreAhead(st, slots)
 	return nil
 }
 
-// restoreAhead sets the async queue to the saved rounds.
-func (l *stepLoop) restoreAhead(st State, ahead []*genRound) {
-	l.queue = nil
-	for _, gr := range ahead {
-		l.queue = append(l.queue, doneSlot(gr))
-	}
+// restoreAhead sets the async queue to the rounds drawn before the
+// boundary; the next step launches the rounds of its version again.
+func (l *stepLoop) restoreAhead(st State, ahead []*roundSlot) {
+	l.queue = slices.Clone(ahead)
+	l.launched = st.Step - 1
 	l.roundStaleness = nil
 	if st.RoundStaleness != nil {
 		rs := *st.RoundStaleness
@@ -266,9 +270,10 @@ var ErrTooManyFailures = errors.New("too many failed rollouts")
 // ctx's error after the last completed step; the caller checkpoints.
 func (l *stepLoop) Run(ctx context.Context) error {
 	if l.async() {
-		// Rounds still generating when the run ends are dropped; their
-		// rollouts close their sessions before Run returns.
-		defer l.stopGeneration()
+		// Rounds drawn after the last completed step are dropped (their
+		// rollouts close their sessions before Run returns); older ones
+		// finish for the checkpoint (AheadRounds), and Close stops them.
+		defer func() { l.cancelGeneration(l.step) }()
 		if err := l.startAsync(ctx); err != nil {
 			return err
 		}
@@ -309,7 +314,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}()
 	start := time.Now()
 	m := StepMetrics{Extra: map[string]float64{}, Async: l.async()}
-	if l.async() && l.inflight == nil {
+	if l.async() && l.launched < l.step {
 		// The rounds of the sampler's version: at the start of a run, and
 		// after a failed step cancelled them.
 		l.launchRounds(ctx)
@@ -346,11 +351,6 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		stats = append(stats, st)
 		l.microStep++
 	}
-	if l.async() {
-		if err := l.awaitGeneration(ctx, &m); err != nil {
-			return m, err
-		}
-	}
 	if l.dist != nil {
 		if stats, err = l.reduceGradients(ctx, stats, &m); err != nil {
 			return m, err
@@ -377,14 +377,19 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	l.step++
 	l.commit()
-	t0 = time.Now()
 	syncCtx := ctx
 	if l.async() {
 		// The step is complete: an interrupt must not leave it unlogged
 		// nor the sampler on older weights than the checkpoint's rounds
 		// assume (the copy takes a fraction of the step).
 		syncCtx = context.WithoutCancel(ctx)
+		// The copy that takes this step's weights held those of step
+		// step-D: its rounds must be done.
+		if err := l.awaitGeneration(syncCtx, &m, l.step-l.pipelineDepth()); err != nil {
+			return m, err
+		}
 	}
+	t0 = time.Now()
 	if err := l.syncWeights(syncCtx); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
@@ -481,6 +486,9 @@ type roundStats struct {
 	EnvBusy, GenBusy   time.Duration
 	EnvSpans, GenSpans []rollout.Span
 	Round              grpo.RoundMetrics
+	// Tools counts the round's tool calls (checked in round order when the
+	// round is used: rounds of two versions may generate at once).
+	Tools toolCounts
 }
 
 // produceRound runs a round's rollouts and turns them into rows. It touches
@@ -522,9 +530,6 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 	gr.Stats = part.Stats
 	gr.Stats.Rewards = l.cfg.Rewards.Metrics(part.Scores)
 	samples := part.Samples
-	if err := l.checkToolFailures(part.Tools); err != nil {
-		return nil, err
-	}
 	if frac := float64(part.Failures) / float64(len(samples)); frac > l.cfg.MaxFailureFrac {
 		return nil, fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
 			ErrTooManyFailures, part.Failures, len(samples), part.FirstFailure, l.cfg.MaxFailureFrac)
@@ -570,7 +575,8 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 // run logs them (their rewards and advantages are set once the whole
 // round is known).
 func (l *stepLoop) newRoundPart(job roundJob, trajs []*rollout.Trajectory, scores []reward.Scores) *roundPart {
-	p := &roundPart{Scores: scores, FirstFailure: firstFailure(trajs), Tools: countToolCalls(trajs)}
+	p := &roundPart{Scores: scores, FirstFailure: firstFailure(trajs)}
+	p.Stats.Tools = countToolCalls(trajs)
 	p.Samples, p.Failures = l.toSamples(trajs, scores, &p.Stats)
 	if l.cfg.Trajectories || l.OnTrajectory != nil {
 		for i, t := range trajs {
@@ -586,6 +592,9 @@ func (l *stepLoop) newRoundPart(job roundJob, trajs []*rollout.Trajectory, score
 func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) error {
 	// The step fills in the rows' log-probs on a copy: a failed step's
 	// rollback (and its checkpoint) keeps gr as it was generated.
+	if err := l.checkToolFailures(gr.Stats.Tools); err != nil {
+		return err
+	}
 	rows := slices.Clone(gr.Rows)
 	if l.async() {
 		st := dropStale(rows, gr.Versions, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)

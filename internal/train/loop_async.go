@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
@@ -17,14 +18,18 @@ import (
 //     max(0, start(r)-N) (its policy version), so its staleness when used
 //     is min(N, start(r)).
 //   - Rounds are generated one after another on the sampler's own weights
-//     (engine.kind builtin: a copy of the policy; vLLM: the replicas).
-//     After optimizer step u the sampler is synced to version u and the
-//     rounds of version u start; before optimizer step u+1 the trainer waits
-//     until they are done. So the sampler never changes during a round, and
-//     at every step boundary each round of an older version is complete:
-//     a checkpoint stores those rounds (ahead.gob), and a resumed run
-//     generates the rest from the checkpoint's weights, as the
-//     uninterrupted run did.
+//     (engine.kind builtin: copies of the policy; vLLM: the replicas),
+//     which hold D versions (the pipeline depth: async.sampler_copies for
+//     the builtin copies, 1 for replicas). After optimizer step u the
+//     trainer waits for the rounds of version u-D (their copy is the one
+//     to reuse), syncs that copy to version u and starts the rounds of
+//     version u. So a copy never changes during a round, and with D = 2 a
+//     round of version u-1 may still run past step u.
+//   - A checkpoint of step u stores the rounds drawn before it (versions
+//     below u: ahead.gob), waiting for those still generating; a resumed
+//     run generates the rest from the checkpoint's weights, as the
+//     uninterrupted run did. An interrupt cancels the rounds of version u
+//     and lets the older ones finish for that checkpoint.
 //   - When a round is first used, a group holding a sample more than N
 //     versions older than the trainer is dropped (loss mask and advantage
 //     zeroed, counted in async/dropped_samples): the schedule never makes
@@ -45,10 +50,11 @@ func doneSlot(gr *genRound) *roundSlot {
 	return s
 }
 
-// generation is the goroutine generating a batch of rounds.
+// generation is the goroutine generating the rounds of one policy version.
 type generation struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	version int
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // staleness summarises the policy-version gap of the samples a step trains on.
@@ -100,11 +106,22 @@ func (l *stepLoop) roundStart(r int) int {
 	return r * sh.S * sh.Iterations / sh.GA
 }
 
+// pipelineDepth is how many policy versions the sampler holds at once.
+func (l *stepLoop) pipelineDepth() int {
+	if d, ok := l.gen.(interface{ PipelineDepth() int }); ok {
+		return max(1, d.PipelineDepth())
+	}
+	return 1
+}
+
 // launchRounds starts generating, in one goroutine and in order, every
 // round not yet drawn whose policy version is the current step and that a
-// step will train on. The sampler must hold the current weights and no
-// generation may be running.
+// step will train on. The sampler must hold the current weights. The
+// rounds run under a context the run's cancellation does not reach: an
+// interrupt cancels only the current version's rounds (cancelGeneration),
+// older ones finish for the checkpoint.
 func (l *stepLoop) launchRounds(ctx context.Context) {
+	l.launched = l.step
 	var jobs []roundJob
 	for {
 		r := l.sampler.State().Round
@@ -124,9 +141,9 @@ func (l *stepLoop) launchRounds(ctx context.Context) {
 		slots[i] = &roundSlot{done: make(chan struct{})}
 	}
 	l.queue = append(l.queue, slots...)
-	gctx, cancel := context.WithCancel(ctx)
-	g := &generation{cancel: cancel, done: make(chan struct{})}
-	l.inflight = g
+	gctx, cancel := context.WithCancel(withSamplerVersion(context.WithoutCancel(ctx), l.step))
+	g := &generation{version: l.step, cancel: cancel, done: make(chan struct{})}
+	l.inflight = append(l.inflight, g)
 	go func() {
 		defer close(g.done)
 		for i, job := range jobs {
@@ -167,53 +184,65 @@ func (l *stepLoop) nextAsyncRound(ctx context.Context, m *StepMetrics) error {
 	return l.useRound(ctx, slot.gr, m)
 }
 
-// awaitGeneration waits until the rounds being generated are done, before
-// the optimizer changes the weights they must be generated ahead of.
-func (l *stepLoop) awaitGeneration(ctx context.Context, m *StepMetrics) error {
-	if l.inflight == nil {
-		return nil
-	}
+// awaitGeneration waits until the rounds of versions up to v are done:
+// the sampler copy they run on is about to take newer weights.
+func (l *stepLoop) awaitGeneration(ctx context.Context, m *StepMetrics, v int) error {
 	t0 := time.Now()
-	select {
-	case <-l.inflight.done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	m.WaitTime += time.Since(t0)
-	l.inflight = nil
-	for _, s := range l.queue {
-		if s.err != nil {
-			return s.err
+	defer func() { m.WaitTime += time.Since(t0) }()
+	var left []*generation
+	for _, g := range l.inflight {
+		if g.version > v {
+			left = append(left, g)
+			continue
+		}
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
+	l.inflight = left
 	return nil
 }
 
-// stopGeneration cancels the rounds being generated and waits for their
-// rollouts to close their sessions.
-func (l *stepLoop) stopGeneration() {
-	if l.inflight == nil {
-		return
+// cancelGeneration cancels the rounds of versions from v on and waits for
+// their rollouts to close their sessions; older rounds keep running.
+func (l *stepLoop) cancelGeneration(from int) {
+	var left []*generation
+	for _, g := range l.inflight {
+		if g.version < from {
+			left = append(left, g)
+			continue
+		}
+		g.cancel()
+		<-g.done
 	}
-	l.inflight.cancel()
-	<-l.inflight.done
-	l.inflight = nil
+	l.inflight = left
 }
 
-// aheadRounds are the generated rounds no step has used yet; at a step
-// boundary every one of them is complete.
-func (l *stepLoop) aheadRounds() []*genRound {
+// Close cancels every round still generating and waits for them.
+func (l *stepLoop) Close() { l.cancelGeneration(math.MinInt) }
+
+// AheadRounds are the rounds drawn before the last completed step and not
+// trained on yet (async runs), waiting for those still generating; a
+// checkpoint saves them so resume trains on the same samples. A round whose
+// generation failed is left out (a resumed run generates it again, from
+// the checkpoint's weights).
+func (l *stepLoop) AheadRounds(ctx context.Context) ([]*genRound, error) {
 	var out []*genRound
-	for _, s := range l.queue {
+	for _, s := range l.done.ahead {
 		select {
 		case <-s.done:
-			if s.err == nil {
-				out = append(out, s.gr)
-			}
-		default:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the rounds generated ahead: %w", ctx.Err())
 		}
+		if s.err != nil {
+			l.log.Warn().Err(s.err).Msg("a round generated ahead failed; the checkpoint leaves it out and a resumed run generates it again with the checkpoint's weights")
+			continue
+		}
+		out = append(out, s.gr)
 	}
-	return out
+	return out, nil
 }
 
 // startAsync prepares an async run's first step: the sampler gets the

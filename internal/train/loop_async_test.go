@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,26 +38,88 @@ func (v *versionSyncer) current() int {
 	return v.version
 }
 
+func (v *versionSyncer) versionFor(context.Context) int { return v.current() }
+
+// sampledVersion is the sampler of a fake run as a round sees it.
+type sampledVersion interface {
+	weightSyncer
+	versionFor(ctx context.Context) int
+}
+
+// copiesSyncer is a sampler holding two weight versions (pipeline depth 2,
+// as samplerCopy with two copies): copy v%2 holds version v. A round sees
+// the version its context names, or -1 if its copy holds another one.
+type copiesSyncer struct {
+	mu       sync.Mutex
+	versions [2]int
+}
+
+func (c *copiesSyncer) PipelineDepth() int { return 2 }
+
+func (c *copiesSyncer) SyncWeights(ctx context.Context, step int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.versions[step%2] = step
+	return nil
+}
+
+func (c *copiesSyncer) versionFor(ctx context.Context) int {
+	v, ok := ctx.Value(samplerVersionKey{}).(int)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok || c.versions[v%2] != v {
+		return -1
+	}
+	return v
+}
+
+// newSampler is a fake sampler of the given pipeline depth.
+func newSampler(depth int) sampledVersion {
+	if depth == 2 {
+		return &copiesSyncer{}
+	}
+	return &versionSyncer{}
+}
+
 // seededRollouts derives every trajectory from its task's seed (as the real
 // runner does), so a resumed loop with fresh fakes sees the same rollouts,
 // and records which sampler version generated each round. gate, when set,
 // runs before a round and may block it.
 type seededRollouts struct {
-	sampler *versionSyncer
+	sampler sampledVersion
 	gate    func(ctx context.Context, round int) error
 
-	mu       sync.Mutex
-	versions []int // per round, in call order
+	mu    sync.Mutex
+	calls []roundCall
+}
+
+// roundCall is one RunAll: the round and the version that generated it.
+type roundCall struct{ round, version int }
+
+// firstSeedRound is the round whose first rollout has seed seed (newAsyncLoop's
+// seed 3): rounds of two versions may generate at once, so call order
+// does not tell them.
+func firstSeedRound(seed int64) int {
+	for r := range 1000 {
+		// A job's seeds use the sampler's round count after drawing it.
+		if seeds(3).rollout(int64(r+1), 0) == seed {
+			return r
+		}
+	}
+	return -1
 }
 
 func (r *seededRollouts) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
+	round, version := firstSeedRound(tasks[0].Seed), r.sampler.versionFor(ctx)
 	r.mu.Lock()
-	round := len(r.versions)
-	r.versions = append(r.versions, r.sampler.current())
+	r.calls = append(r.calls, roundCall{round, version})
 	r.mu.Unlock()
 	var gateErr error
 	if r.gate != nil {
 		gateErr = r.gate(ctx, round)
+	}
+	if v := r.sampler.versionFor(ctx); v != version {
+		gateErr = fmt.Errorf("round %d: the sampler changed from version %d to %d while it generated", round, version, v)
 	}
 	out := make([]*rollout.Trajectory, len(tasks))
 	for i, t := range tasks {
@@ -72,10 +135,18 @@ func (r *seededRollouts) RunAll(ctx context.Context, tasks []rollout.Task, onDon
 	return out
 }
 
+// roundVersions are the versions that generated the rounds, by round (a
+// round generated again after a failed step appears twice, in call order).
 func (r *seededRollouts) roundVersions() []int {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]int(nil), r.versions...)
+	calls := slices.Clone(r.calls)
+	r.mu.Unlock()
+	slices.SortStableFunc(calls, func(a, b roundCall) int { return a.round - b.round })
+	out := make([]int, len(calls))
+	for i, c := range calls {
+		out[i] = c.version
+	}
+	return out
 }
 
 // rowView is what the fake policy saw of one row.
@@ -164,6 +235,16 @@ func newAsyncLoop(t *testing.T, shape roundShape, n, steps int, ro rolloutRunner
 	return newStepLoop(cfg, s, ro, p, g, zerolog.Nop())
 }
 
+// aheadRounds is what a checkpoint of the loop's last step would save.
+func aheadRounds(t *testing.T, l *stepLoop) []*genRound {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := l.AheadRounds(ctx)
+	require.NoError(t, err)
+	return out
+}
+
 // collectMetrics gathers the metrics each step logs, without the
 // wall-clock ones.
 func collectMetrics(loop *stepLoop) *[]map[string]float64 {
@@ -200,31 +281,33 @@ func TestAsyncSchedule(t *testing.T) {
 		{"two rounds per step, N=1", roundShape{K: 2, G: 4, B: 8, S: 1, GA: 2, Iterations: 1}, 1, 3, []int{0, 0, 0, 0, 1, 1}, []float64{0, 1, 1}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			sampler := &versionSyncer{}
-			ro := &seededRollouts{sampler: sampler}
-			p := &asyncPolicy{}
-			loop := newAsyncLoop(t, tc.shape, tc.n, tc.steps, ro, p, sampler)
-			metrics := collectMetrics(loop)
-			require.NoError(t, loop.Run(context.Background()))
-			assert.Equal(t, tc.wantVersions, ro.roundVersions(), "the sampler version of each round")
-			require.Len(t, *metrics, tc.steps)
-			for i, m := range *metrics {
-				assert.Equal(t, tc.wantStaleness[i], m["async/staleness_mean"], "step %d", i+1)
-				assert.Equal(t, tc.wantStaleness[i], m["async/staleness_max"], "step %d", i+1)
-				assert.Zero(t, m["async/dropped_samples"], "step %d", i+1)
-			}
-			// The same rows in the same order as a synchronous run.
-			syncP := &asyncPolicy{}
-			syncLoop := newAsyncLoop(t, tc.shape, 0, tc.steps, &seededRollouts{sampler: &versionSyncer{}}, syncP, &versionSyncer{})
-			require.NoError(t, syncLoop.Run(context.Background()))
-			require.Len(t, p.mbs, len(syncP.mbs))
-			for i := range p.mbs {
-				for j := range p.mbs[i] {
-					assert.Equal(t, syncP.mbs[i][j].ID, p.mbs[i][j].ID, "micro-step %d row %d", i, j)
+		for _, depth := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s, %d sampler copies", tc.name, depth), func(t *testing.T) {
+				sampler := newSampler(depth)
+				ro := &seededRollouts{sampler: sampler}
+				p := &asyncPolicy{}
+				loop := newAsyncLoop(t, tc.shape, tc.n, tc.steps, ro, p, sampler)
+				metrics := collectMetrics(loop)
+				require.NoError(t, loop.Run(context.Background()))
+				assert.Equal(t, tc.wantVersions, ro.roundVersions(), "the sampler version of each round")
+				require.Len(t, *metrics, tc.steps)
+				for i, m := range *metrics {
+					assert.Equal(t, tc.wantStaleness[i], m["async/staleness_mean"], "step %d", i+1)
+					assert.Equal(t, tc.wantStaleness[i], m["async/staleness_max"], "step %d", i+1)
+					assert.Zero(t, m["async/dropped_samples"], "step %d", i+1)
 				}
-			}
-		})
+				// The same rows in the same order as a synchronous run.
+				syncP := &asyncPolicy{}
+				syncLoop := newAsyncLoop(t, tc.shape, 0, tc.steps, &seededRollouts{sampler: &versionSyncer{}}, syncP, &versionSyncer{})
+				require.NoError(t, syncLoop.Run(context.Background()))
+				require.Len(t, p.mbs, len(syncP.mbs))
+				for i := range p.mbs {
+					for j := range p.mbs[i] {
+						assert.Equal(t, syncP.mbs[i][j].ID, p.mbs[i][j].ID, "micro-step %d row %d", i, j)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -383,47 +466,52 @@ func TestAsyncResumeIsExact(t *testing.T) {
 	}
 	const steps = 6
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			run := func(loop *stepLoop, p *asyncPolicy) []map[string]float64 {
-				m := collectMetrics(loop)
-				require.NoError(t, loop.Run(context.Background()))
-				return *m
-			}
-			fresh := func(steps int) (*stepLoop, *asyncPolicy) {
-				s, p := &versionSyncer{}, &asyncPolicy{}
-				return newAsyncLoop(t, tc.shape, tc.n, steps, &seededRollouts{sampler: s}, p, s), p
-			}
-			whole, wp := fresh(steps)
-			want := run(whole, wp)
+		for _, depth := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s, %d sampler copies", tc.name, depth), func(t *testing.T) {
+				run := func(loop *stepLoop, p *asyncPolicy) []map[string]float64 {
+					m := collectMetrics(loop)
+					require.NoError(t, loop.Run(context.Background()))
+					return *m
+				}
+				fresh := func(steps int) (*stepLoop, *asyncPolicy) {
+					s, p := newSampler(depth), &asyncPolicy{}
+					return newAsyncLoop(t, tc.shape, tc.n, steps, &seededRollouts{sampler: s}, p, s), p
+				}
+				whole, wp := fresh(steps)
+				want := run(whole, wp)
 
-			// Stop at a step boundary of the full run's schedule, as an
-			// interrupted run does.
-			first, _ := fresh(steps)
-			for range tc.stop {
-				_, err := first.TrainStep(context.Background())
+				// Stop at a step boundary of the full run's schedule, as an
+				// interrupted run does.
+				first, _ := fresh(steps)
+				for range tc.stop {
+					_, err := first.TrainStep(context.Background())
+					require.NoError(t, err)
+				}
+				// An interrupt: the rounds drawn after the boundary are
+				// cancelled, older ones finish for the checkpoint.
+				first.cancelGeneration(first.Step())
+				dir := t.TempDir()
+				require.NoError(t, writeAhead(dir, aheadRounds(t, first)))
+				first.Close()
+				require.NoError(t, writeRound(dir, first.PendingRound()))
+				ahead, err := readAhead(dir)
 				require.NoError(t, err)
-			}
-			first.stopGeneration()
-			dir := t.TempDir()
-			require.NoError(t, writeAhead(dir, first.AheadRounds()))
-			require.NoError(t, writeRound(dir, first.PendingRound()))
-			ahead, err := readAhead(dir)
-			require.NoError(t, err)
-			round, err := readRound(dir)
-			require.NoError(t, err)
+				round, err := readRound(dir)
+				require.NoError(t, err)
 
-			resumed, rp := fresh(steps)
-			require.NoError(t, resumed.Restore(first.State(), round, ahead))
-			got := run(resumed, rp)
-			require.Len(t, got, steps-tc.stop)
-			for i := range got {
-				assert.Equal(t, want[tc.stop+i], got[i], "step %d", tc.stop+i+1)
-			}
-			offset := len(wp.mbs) - len(rp.mbs)
-			for i := range rp.mbs {
-				assert.Equal(t, wp.mbs[offset+i], rp.mbs[i], "micro-step %d", offset+i)
-			}
-		})
+				resumed, rp := fresh(steps)
+				require.NoError(t, resumed.Restore(first.State(), round, ahead))
+				got := run(resumed, rp)
+				require.Len(t, got, steps-tc.stop)
+				for i := range got {
+					assert.Equal(t, want[tc.stop+i], got[i], "step %d", tc.stop+i+1)
+				}
+				offset := len(wp.mbs) - len(rp.mbs)
+				for i := range rp.mbs {
+					assert.Equal(t, wp.mbs[offset+i], rp.mbs[i], "micro-step %d", offset+i)
+				}
+			})
+		}
 	}
 }
 
@@ -494,7 +582,7 @@ func TestAsyncFailedStepRollsBack(t *testing.T) {
 		_, err := loop.TrainStep(context.Background())
 		require.NoError(t, err)
 	}
-	state, ahead := loop.State(), loop.AheadRounds()
+	state, ahead := loop.State(), aheadRounds(t, loop)
 	require.Len(t, ahead, 1, "round 2 was generated during step 2")
 	saved := t.TempDir()
 	require.NoError(t, writeAhead(saved, ahead))
@@ -503,13 +591,60 @@ func TestAsyncFailedStepRollsBack(t *testing.T) {
 	assert.Equal(t, state, loop.State())
 	asSaved, err := readAhead(saved)
 	require.NoError(t, err)
-	assert.Equal(t, asSaved, loop.AheadRounds(), "the failed step left the saved round as it was generated")
+	assert.Equal(t, asSaved, aheadRounds(t, loop), "the failed step left the saved round as it was generated")
 	assert.Equal(t, state.Sampler, loop.sampler.State(), "the draws of the cancelled rounds are undone")
-	assert.Nil(t, loop.inflight, "no generation left running")
+	assert.Empty(t, loop.inflight, "no generation left running")
 
 	require.NoError(t, loop.Run(context.Background()))
 	assert.Equal(t, whole.mbs, p.mbs, "the same micro-batches as a loop that never failed")
 	assert.Equal(t, []int{0, 0, 1, 2, 3}, wholeRO.roundVersions())
 	assert.Equal(t, []int{0, 0, 1, 2, 2, 3}, ro.roundVersions(), "round 3 generated again with version 2")
 	assert.Equal(t, (*wantMetrics)[2:], *gotMetrics, "steps 3-5 log the same metrics, staleness included")
+}
+
+// TestAsyncTwoCopiesOverlapTwoVersions: with two sampler copies, a round of
+// version v is still generating when the round of version v+1 starts (so
+// an env-bound round spans two training steps); with one copy that never
+// happens, and the same gate times out.
+func TestAsyncTwoCopiesOverlapTwoVersions(t *testing.T) {
+	shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 1}
+	for _, depth := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d copies", depth), func(t *testing.T) {
+			sampler := newSampler(depth)
+			var mu sync.Mutex
+			started := map[int]bool{}
+			ro := &seededRollouts{sampler: sampler}
+			ro.gate = func(ctx context.Context, round int) error {
+				mu.Lock()
+				started[round] = true
+				mu.Unlock()
+				if round < 2 || round > 4 {
+					return nil
+				}
+				// Round r (version r-1) waits until round r+1 (version r)
+				// has started.
+				deadline := time.Now().Add(2 * time.Second)
+				for time.Now().Before(deadline) {
+					mu.Lock()
+					next := started[round+1]
+					mu.Unlock()
+					if next {
+						return nil
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return fmt.Errorf("round %d finished before round %d started", round, round+1)
+			}
+			p := &asyncPolicy{}
+			loop := newAsyncLoop(t, shape, 1, 6, ro, p, sampler)
+			err := loop.Run(context.Background())
+			loop.Close()
+			if depth == 1 {
+				require.ErrorContains(t, err, "round 2 finished before round 3 started")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, []int{0, 0, 1, 2, 3, 4}, ro.roundVersions(), "the schedule is the one-copy schedule")
+		})
+	}
 }

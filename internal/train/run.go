@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	if err != nil {
 		return nil, err
 	}
+	defer loop.Close()
 	if group != nil {
 		loop.dist = group
 	}
@@ -295,7 +296,11 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 		if err := p.writeCheckpoint(ctx, tmp); err != nil {
 			return err
 		}
-		if err := writeAhead(tmp, loop.AheadRounds()); err != nil {
+		ahead, err := loop.AheadRounds(ctx)
+		if err != nil {
+			return err
+		}
+		if err := writeAhead(tmp, ahead); err != nil {
 			return err
 		}
 		return writeRound(tmp, loop.PendingRound())

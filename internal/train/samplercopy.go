@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -18,64 +19,129 @@ import (
 )
 
 // samplerCopy is the builtin engine of an async run: it samples with its
-// own copy of the policy, a second worker model loaded from the same model
-// directory, so a round generates while the trainer's model trains.
-// SyncWeights copies the trainable weights (with LoRA: the adapters and
-// modules_to_save) from the policy. The copy runs on a library handle of
-// its own: every call of one handle runs on one locked OS thread, so two
-// models on one handle would take turns.
+// own copies of the policy, second worker models loaded from the same
+// model directory, so rounds generate while the trainer's model trains.
+// With async.sampler_copies 2 it holds two weight versions: copy v%2 holds
+// version v, so the rounds of version v+1 start while those of version v
+// still run (pipeline depth 2). SyncWeights copies the trainable weights
+// (with LoRA: the adapters and modules_to_save) from the policy into the
+// copy of that version. Each copy runs on a library handle of its own:
+// every call of one handle runs on one locked OS thread, so two models on
+// one handle would take turns.
 type samplerCopy struct {
-	*engine.Builtin
-	lib  *worker.Library
-	m    *worker.Model
-	src  *worker.Model
-	kind worker.TensorKind
+	copies []*samplerModel
+	src    *worker.Model
+	kind   worker.TensorKind
+	// latest is the copy synced last (requests without a version use it).
+	latest int
 	// Bytes is the size of the weights each sync copies.
 	Bytes int64
 }
 
-// newSamplerCopy loads the sampler's model next to policy and gives it the
-// policy's current weights.
+// samplerModel is one copy: its library handle, model and batcher.
+type samplerModel struct {
+	lib *worker.Library
+	m   *worker.Model
+	gen *engine.Builtin
+}
+
+// samplerVersionKey marks a round's context with the policy version that
+// generates it, so samplerCopy serves its requests from that version's copy.
+type samplerVersionKey struct{}
+
+// withSamplerVersion returns ctx for generating with policy version v.
+func withSamplerVersion(ctx context.Context, v int) context.Context {
+	return context.WithValue(ctx, samplerVersionKey{}, v)
+}
+
+// newSamplerCopy loads async.sampler_copies copies next to policy and
+// gives them the policy's current weights.
 func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, log zerolog.Logger) (_ *samplerCopy, err error) {
-	lib, err := worker.Open(policy.libPath)
-	if err != nil {
-		return nil, err
-	}
-	rss0 := residentBytes()
-	opts := modelOptions(cfg, modelDir, false)
-	if cfg.Async.SamplerThreads > 0 {
-		opts.Threads = cfg.Async.SamplerThreads
-	}
-	m, err := lib.LoadModel(ctx, opts)
-	if err != nil {
-		lib.Close()
-		return nil, fmt.Errorf("load the sampler's copy of the policy: %w", err)
-	}
-	s := &samplerCopy{lib: lib, m: m, src: policy.m, kind: worker.KindWeight}
+	s := &samplerCopy{src: policy.m, kind: worker.KindWeight}
 	if policy.lora {
 		s.kind = worker.KindLoRA
 	}
 	defer func() {
 		if err != nil {
-			s.close()
+			_ = s.Close()
 		}
 	}()
-	if err := s.SyncWeights(ctx, 0); err != nil {
-		return nil, fmt.Errorf("copy the policy's weights to the sampler: %w", err)
+	rss0 := residentBytes()
+	opts := modelOptions(cfg, modelDir, false)
+	if cfg.Async.SamplerThreads > 0 {
+		opts.Threads = cfg.Async.SamplerThreads
+	} else {
+		// The copies sample while the policy trains: half the trainer's
+		// threads each keeps a small CPU from being oversubscribed.
+		opts.Threads = max(1, opts.Threads/2)
+	}
+	for i := range max(1, cfg.Async.SamplerCopies) {
+		lib, err := worker.Open(policy.libPath)
+		if err != nil {
+			return nil, err
+		}
+		m, err := lib.LoadModel(ctx, opts)
+		if err != nil {
+			lib.Close()
+			return nil, fmt.Errorf("load the sampler's copy %d of the policy: %w", i+1, err)
+		}
+		c := &samplerModel{lib: lib, m: m}
+		s.copies = append(s.copies, c)
+		if err := s.copyWeights(ctx, c, 0); err != nil {
+			return nil, fmt.Errorf("copy the policy's weights to the sampler: %w", err)
+		}
+		// The copy batches as the synchronous engine does (engine.batching).
+		if c.gen, err = newBuiltinEngine(ctx, cfg, m, log); err != nil {
+			return nil, err
+		}
 	}
 	rss := residentBytes() - rss0
-	log.Info().Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Int("threads", opts.Threads).Msg("async: sampling with a copy of the policy")
-	// The copy batches as the synchronous engine does (engine.batching).
-	if s.Builtin, err = newBuiltinEngine(ctx, cfg, m, log); err != nil {
-		return nil, err
-	}
+	log.Info().Int("copies", len(s.copies)).Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Int("threads", opts.Threads).
+		Msg("async: sampling with copies of the policy")
 	return s, nil
 }
 
-// SyncWeights copies the policy's trainable weights into the sampler's
-// model, one tensor at a time. The loop calls it only while no round is
-// generating.
+// PipelineDepth is how many policy versions can generate at once.
+func (s *samplerCopy) PipelineDepth() int { return len(s.copies) }
+
+// copyOf is the copy serving ctx's policy version.
+func (s *samplerCopy) copyOf(ctx context.Context) *samplerModel {
+	if v, ok := ctx.Value(samplerVersionKey{}).(int); ok {
+		return s.copies[v%len(s.copies)]
+	}
+	return s.copies[s.latest]
+}
+
+// Generate samples with the copy of the request's policy version.
+func (s *samplerCopy) Generate(ctx context.Context, req engine.Request) (engine.Result, error) {
+	return s.copyOf(ctx).gen.Generate(ctx, req)
+}
+
+// EndSession drops the KV cache a rollout kept (the runner ends a session
+// without its round's context, so every copy looks the key up).
+func (s *samplerCopy) EndSession(ctx context.Context, key string) error {
+	var errs []error
+	for _, c := range s.copies {
+		errs = append(errs, c.gen.EndSession(ctx, key))
+	}
+	return errors.Join(errs...)
+}
+
+// SyncWeights copies the policy's trainable weights into the copy of
+// version step. The loop calls it only while no round of the version that
+// copy held is generating.
 func (s *samplerCopy) SyncWeights(ctx context.Context, step int) error {
+	i := step % len(s.copies)
+	if err := s.copyWeights(ctx, s.copies[i], step); err != nil {
+		return err
+	}
+	s.latest = i
+	return nil
+}
+
+// copyWeights copies the policy's trainable weights into c, one tensor at
+// a time.
+func (s *samplerCopy) copyWeights(ctx context.Context, c *samplerModel, step int) error {
 	infos, err := s.src.Tensors(s.kind)
 	if err != nil {
 		return err
@@ -89,7 +155,7 @@ func (s *samplerCopy) SyncWeights(ctx context.Context, step int) error {
 		if err != nil {
 			return fmt.Errorf("sync step %d: %w", step, err)
 		}
-		if err := s.m.WriteTensor(s.kind, model.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data}); err != nil {
+		if err := c.m.WriteTensor(s.kind, model.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data}); err != nil {
 			return fmt.Errorf("sync step %d: %w", step, err)
 		}
 		n += int64(len(data))
@@ -98,25 +164,25 @@ func (s *samplerCopy) SyncWeights(ctx context.Context, step int) error {
 	return nil
 }
 
-// SamplerLogprobs scores rows with the sampler's weights (temperature
-// applied, no top-k/top-p truncation), in one deterministic pass.
+// SamplerLogprobs scores rows with the weights of ctx's policy version
+// (temperature applied, no top-k/top-p truncation), in one deterministic
+// pass.
 func (s *samplerCopy) SamplerLogprobs(ctx context.Context, rows []grpo.Row, temperature float64) ([][]float32, error) {
-	lp, _, err := s.m.Logprobs(ctx, rows, temperature, false)
+	lp, _, err := s.copyOf(ctx).m.Logprobs(ctx, rows, temperature, false)
 	return lp, err
 }
 
-// Close stops the batcher, then frees the copy and its library handle.
+// Close stops the batchers, then frees the copies and their library handles.
 func (s *samplerCopy) Close() error {
-	if s.Builtin != nil {
-		_ = s.Builtin.Close()
+	var errs []error
+	for _, c := range s.copies {
+		if c.gen != nil {
+			_ = c.gen.Close()
+		}
+		errs = append(errs, c.m.Close())
+		_ = c.lib.Close()
 	}
-	return s.close()
-}
-
-func (s *samplerCopy) close() error {
-	err := s.m.Close()
-	_ = s.lib.Close()
-	return err
+	return errors.Join(errs...)
 }
 
 // residentBytes is the process's resident set size (0 where /proc is absent).
