@@ -472,3 +472,29 @@ func TestDataParallelSharesReplicas(t *testing.T) {
 	assert.Equal(t, 3, pushes(0), "rank 0 pushes every step's weights")
 	assert.Equal(t, 0, pushes(1), "rank 1 follows without pushing")
 }
+
+// TestDataParallelLaunchesReplicasOnRankZero: with replicas the run
+// launches (engine.vllm_command: `ortrain serve-engine`), rank 0 launches
+// them, the other rank learns their URLs through the process group and
+// samples from them too; rewards match one rank on the builtin engine.
+func TestDataParallelLaunchesReplicasOnRankZero(t *testing.T) {
+	f := newDDPFixture(t)
+	cfg1, dir1 := f.writeConfig(t, "builtin", "dapo", false, 8, 3)
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
+
+	cfg2, dir2 := f.writeConfig(t, "launched", "dapo", false, 4, 3)
+	y := strings.Replace(string(mustRead(t, cfg2)), "rollout:\n", "engine:\n  kind: vllm\n  vllm_replicas: 1\n"+
+		"  vllm_command: [ortrain, serve-engine, --threads, \"1\"]\nrollout:\n", 1)
+	require.NoError(t, os.WriteFile(cfg2, []byte(y), 0o644))
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
+
+	one, two := stepMetrics(t, dir1), stepMetrics(t, dir2)
+	require.Len(t, two, 3)
+	for i := range one {
+		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
+	}
+	rank1 := string(mustRead(t, filepath.Join(dir2, "ranks", "rank-1.log")))
+	assert.Contains(t, rank1, "sampling from the replicas rank 0 launched")
+	assert.NotContains(t, rank1, "synced weights to vLLM")
+	assert.Equal(t, 3, strings.Count(string(mustRead(t, filepath.Join(dir2, "ranks", "rank-0.log"))), "synced weights to vLLM"))
+}

@@ -201,6 +201,15 @@ func newVLLM(opts VLLMOptions) (*VLLM, error) {
 	return &VLLM{opts: opts, gate: vllm.NewPauseGate()}, nil
 }
 
+// URLs are the base URLs of the replicas this backend uses.
+func (v *VLLM) URLs() []string {
+	out := make([]string, len(v.opts.Endpoints))
+	for i, ep := range v.opts.Endpoints {
+		out[i] = ep.URL()
+	}
+	return out
+}
+
 func (v *VLLM) setEndpoints(eps []vllm.Endpoint) {
 	v.opts.Endpoints = eps
 	v.router = newRouter(eps, v.opts.Router)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/reward"
@@ -46,11 +47,57 @@ func checkDistributed(cfg *config.Config, w launch.World) error {
 	case cfg.Async.MaxOffPolicySteps > 0:
 		return &config.FieldError{Field: "async.max_off_policy_steps", Value: cfg.Async.MaxOffPolicySteps,
 			Allowed: fmt.Sprintf("0 with more than one rank (this run has %d): async rollouts run on one rank only", w.WorldSize)}
-	case cfg.Engine.Kind == "vllm" && len(cfg.Engine.VLLMURLs) == 0:
+	case cfg.Engine.Kind == "vllm" && len(cfg.Engine.VLLMURLs) == 0 && w.LocalWorldSize != w.WorldSize:
 		return &config.FieldError{Field: "engine.vllm_urls", Value: "[]",
-			Allowed: fmt.Sprintf("the replicas every rank samples from, with more than one rank (this run has %d): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read", w.WorldSize)}
+			Allowed: fmt.Sprintf("the replicas every rank samples from, with ranks on several machines (%d ranks, %d here): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read (on one machine, rank 0 launches the replicas itself)", w.WorldSize, w.LocalWorldSize)}
 	}
 	return nil
+}
+
+// replicaAddress is where the replicas rank 0 launched listen, for the
+// other ranks.
+type replicaAddress struct {
+	URLs   []string
+	APIKey string
+}
+
+// startRankEngine joins the process group (the policy is loaded; every
+// rank then holds rank 0's weights) and starts this rank's generation
+// backend. Replicas the run launches (engine.vllm_gpus, one machine) are
+// launched by rank 0; the other ranks learn their URLs and key through the
+// group and sample from them too, following rank 0's weight pushes.
+func startRankEngine(ctx context.Context, cfg *config.Config, modelDir string, p *workerPolicy, ro RunOptions, st *stack) (engine.Generator, error) {
+	g, err := joinGroup(ctx, cfg, ro.World, p)
+	if err != nil {
+		return nil, err
+	}
+	st.group = g
+	if cfg.Engine.Kind != "vllm" || len(cfg.Engine.VLLMURLs) > 0 {
+		return startEngine(ctx, cfg, modelDir, p, ro)
+	}
+	var mine replicaAddress
+	var gen engine.Generator
+	if ro.rank0() {
+		v, key, err := startVLLM(ctx, cfg, modelDir, p, ro, ro.Logger.With().Str("component", "engine").Logger())
+		if err != nil {
+			return nil, err
+		}
+		gen, mine = v, replicaAddress{URLs: v.URLs(), APIKey: key}
+	}
+	all, err := gatherGob(ctx, g, mine)
+	if err != nil {
+		if gen != nil {
+			_ = gen.Close()
+		}
+		return nil, fmt.Errorf("rank %d: learn rank 0's replicas: %w", ro.World.Rank, err)
+	}
+	if ro.rank0() {
+		return gen, nil
+	}
+	c := *cfg
+	c.Engine.VLLMURLs, c.Engine.VLLMAPIKey = all[0].URLs, all[0].APIKey
+	ro.Logger.Info().Strs("urls", c.Engine.VLLMURLs).Msg("sampling from the replicas rank 0 launched")
+	return startEngine(ctx, &c, modelDir, p, ro)
 }
 
 // rankDevice is the device a rank trains on. worker.device "cuda" means

@@ -31,6 +31,16 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 	if cfg.Engine.Kind != "vllm" {
 		return newBuiltinEngine(ctx, cfg, policy.m, log)
 	}
+	v, _, err := startVLLM(ctx, cfg, modelDir, policy, ro, log)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// startVLLM starts the vLLM backend and returns the API key the replicas
+// take ("" for none).
+func startVLLM(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions, log zerolog.Logger) (*engine.VLLM, string, error) {
 	export := policy.m.SaveHF
 	if cfg.GRPO.LoRA.Enabled {
 		export = policy.m.SavePEFT
@@ -42,16 +52,16 @@ func startEngine(ctx context.Context, cfg *config.Config, modelDir string, polic
 		// Replicas reachable from the network get a key only this run knows.
 		key, err := randomKey()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		opts.APIKey, opts.Launch.APIKey = key, key
 		log.Info().Str("host", opts.Launch.Host).Msg("replicas bind beyond loopback: launching them with a random API key (not shown; set engine.vllm_api_key to choose it)")
 	}
 	v, err := engine.NewVLLM(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("start vLLM engine: %w", err)
+		return nil, "", fmt.Errorf("start vLLM engine: %w", err)
 	}
-	return v, nil
+	return v, opts.APIKey, nil
 }
 
 // vllmOptions is the vLLM setup of engine.kind vllm: replicas of modelDir

@@ -95,7 +95,7 @@ func Evaluate(ctx context.Context, cfg *config.Config, eo EvalOptions) (*EvalRes
 		return nil, err
 	}
 	st, err := buildStack(ctx, cfg, stackOptions{getenv: eo.Getenv, logger: eo.Logger, adapterDir: target.adapter,
-		engine: func(ctx context.Context, _ string, p *workerPolicy) (engine.Generator, error) {
+		engine: func(ctx context.Context, _ string, p *workerPolicy, _ *stack) (engine.Generator, error) {
 			return newBuiltinEngine(ctx, cfg, p.m, eo.Logger)
 		},
 	})

@@ -16,7 +16,6 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/rollout"
-	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // RunOptions are what a run needs beyond its config.
@@ -74,7 +73,10 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	}
 	st, err := buildStack(ctx, cfg, stackOptions{
 		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger, world: ro.World,
-		engine: func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error) {
+		engine: func(ctx context.Context, modelDir string, p *workerPolicy, st *stack) (engine.Generator, error) {
+			if ro.World.Distributed() {
+				return startRankEngine(ctx, cfg, modelDir, p, ro, st)
+			}
 			return startEngine(ctx, cfg, modelDir, p, ro)
 		},
 	})
@@ -82,13 +84,8 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 		return nil, err
 	}
 	defer st.close()
-	var group *worker.Group
-	if ro.World.Distributed() {
-		if group, err = joinGroup(ctx, cfg, ro.World, st.policy); err != nil {
-			return nil, err
-		}
-		defer group.Close()
-		ro.Logger.Info().Int("rank", ro.World.Rank).Int("world_size", ro.World.WorldSize).Str("backend", group.Backend()).
+	if st.group != nil {
+		ro.Logger.Info().Int("rank", ro.World.Rank).Int("world_size", ro.World.WorldSize).Str("backend", st.group.Backend()).
 			Str("launcher", ro.World.Source).Msg("joined the process group")
 	}
 	loop, err := newRunLoop(cfg, plan, st, ro.World, ro.Logger)
@@ -96,8 +93,8 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 		return nil, err
 	}
 	defer loop.Close()
-	if group != nil {
-		loop.dist = group
+	if st.group != nil {
+		loop.dist = st.group
 	}
 	if ro.Overwrite && ro.rank0() {
 		if err := clearEarlierRun(cfg.OutputDir); err != nil {

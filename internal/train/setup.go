@@ -34,6 +34,8 @@ type stack struct {
 	gen      engine.Generator
 	runner   *rollout.Runner
 	rewards  *reward.Set
+	// group is the data-parallel process group (nil: one process).
+	group *worker.Group
 }
 
 // stackOptions say what differs between a run and an eval.
@@ -46,7 +48,7 @@ type stackOptions struct {
 	// world places a rank of a data-parallel run on its own GPU (rankDevice).
 	world launch.World
 	// engine builds the generation backend over the loaded policy.
-	engine func(ctx context.Context, modelDir string, p *workerPolicy) (engine.Generator, error)
+	engine func(ctx context.Context, modelDir string, p *workerPolicy, st *stack) (engine.Generator, error)
 }
 
 // buildStack loads everything in dependency order; on error it releases
@@ -89,7 +91,7 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 			return nil, err
 		}
 	}
-	if st.gen, err = so.engine(ctx, st.modelDir, st.policy); err != nil {
+	if st.gen, err = so.engine(ctx, st.modelDir, st.policy, st); err != nil {
 		return nil, err
 	}
 	if st.runner, err = newRunner(cfg, st.envs, st.gen, st.chat, so.logger); err != nil {
@@ -102,6 +104,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 func (st *stack) close() {
 	if st.gen != nil {
 		_ = st.gen.Close()
+	}
+	if st.group != nil {
+		_ = st.group.Close()
 	}
 	if st.policy != nil {
 		st.policy.m.Close()
