@@ -49,6 +49,7 @@ demo: setup build
 bench:
 	$(GO) test -run '^$$' -bench . -skip 'MultiTurnEcho|AsyncOverlap' ./...
 	scripts/bench-step
+	scripts/bench-ddp
 
 clean:
 	rm -rf bin build

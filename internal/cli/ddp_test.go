@@ -27,12 +27,7 @@ import (
 )
 
 // ddpConfig is a small run with gradient accumulation 2 whose global batch
-// is ranks x batch rows per micro-batch. The learning rate is 1e-4: AdamW
-// divides each gradient entry by its own running magnitude, so an entry
-// whose gradient is near zero (a tied embedding row of a token no rollout
-// used) moves by up to lr whatever float noise the summation order left in
-// it; at 1e-3 one such entry ends 1.4e-5 apart after 3 steps while the
-// loss agrees to 1e-7.
+// is ranks x batch rows per micro-batch.
 func ddpConfig(modelDir, out, loss string, lora bool, batch, maxSteps int) string {
 	loraYAML := ""
 	if lora {
@@ -56,7 +51,7 @@ grpo:
   max_completion_length: 8
   max_tool_calling_iterations: 0
   loss_type: %s
-  learning_rate: 1.0e-4
+  learning_rate: 1.0e-3
   max_steps: %d
   logging_steps: 1
   save_steps: 1

@@ -338,6 +338,14 @@ type rankLogprobs struct {
 // this rank's slices only, then gathers them, so every rank holds the
 // round complete (rank 0 checkpoints it; every rank resumes from it).
 func (l *stepLoop) addReferenceLogprobsDist(ctx context.Context, mbs []grpo.MicroBatch, m *StepMetrics) error {
+	if !l.cfg.UseSamplerLogps {
+		// As on one rank: no IS correction without sampler log-probs.
+		for s := range mbs {
+			for j := range mbs[s].Rows {
+				mbs[s].Rows[j].SamplerLogprobs = nil
+			}
+		}
+	}
 	if !l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) && l.cfg.Loss.Beta <= 0 {
 		return nil
 	}
@@ -371,6 +379,13 @@ func (l *stepLoop) addReferenceLogprobsDist(ctx context.Context, mbs []grpo.Micr
 				i++
 			}
 		}
+	}
+	if l.cfg.UseSamplerLogps {
+		var global []grpo.Row
+		for _, mb := range mbs {
+			global = append(global, mb.Rows...)
+		}
+		addSamplingMetrics(global, l.cfg.Loss, m)
 	}
 	return nil
 }

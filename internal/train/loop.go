@@ -665,10 +665,20 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 		}
 		return nil
 	}
-	for k, v := range grpo.SamplingMetrics(rows, l.cfg.Loss) {
-		m.Extra[k] = v
+	if l.dist == nil {
+		// A rank of several reports these over the gathered round
+		// (addReferenceLogprobsDist).
+		addSamplingMetrics(rows, l.cfg.Loss, m)
 	}
 	return nil
+}
+
+// addSamplingMetrics reports how far the sampler's log-probs are from the
+// trainer's (sampling/*, the IS correction's inputs) over rows.
+func addSamplingMetrics(rows []grpo.Row, cfg grpo.LossConfig, m *StepMetrics) {
+	for k, v := range grpo.SamplingMetrics(rows, cfg) {
+		m.Extra[k] = v
+	}
 }
 
 // toSamples turns trajectories into grpo samples: rewards aggregated per
