@@ -128,3 +128,52 @@ func TestGatherRoundKeepsRankOrderAndFailures(t *testing.T) {
 	require.Len(t, got.Records, 2)
 	assert.Equal(t, []int{0, 1}, []int{got.Records[0].Env, got.Records[1].Env})
 }
+
+// mirrorGroup is rank 0 of two whose peer sends exactly what it sends.
+type mirrorGroup struct{ reduces int }
+
+func (g *mirrorGroup) Rank() int      { return 0 }
+func (g *mirrorGroup) WorldSize() int { return 2 }
+func (g *mirrorGroup) AllGather(_ context.Context, b []byte) ([][]byte, error) {
+	return [][]byte{b, b}, nil
+}
+func (g *mirrorGroup) AllReduceGrads(context.Context) (worker.GradSyncStats, error) {
+	g.reduces++
+	return worker.GradSyncStats{Bytes: 1 << 20, Buckets: 1}, nil
+}
+
+// TestDataParallelStepTrainsItsSlice: a rank rolls out its half of the
+// round's groups, trains on B of every global micro-batch's 2B rows,
+// all-reduces once per optimizer step, and, with no IS correction, sees no
+// sampler log-probs (as one rank does); the loss is the mean over slices.
+func TestDataParallelStepTrainsItsSlice(t *testing.T) {
+	shape := roundShape{K: 4, G: 4, B: 8, S: 2, GA: 2, Iterations: 1}
+	sampler := &versionSyncer{}
+	ro := &seededRollouts{sampler: sampler}
+	p := &asyncPolicy{}
+	loop := newAsyncLoop(t, shape, 0, 2, ro, p, sampler)
+	loop.cfg.UseSamplerLogps = false
+	g := &mirrorGroup{}
+	loop.dist = g
+	metrics := collectMetrics(loop)
+	require.NoError(t, loop.Run(context.Background()))
+
+	require.Len(t, p.mbs, 4, "2 steps x 2 micro-steps")
+	for i, mb := range p.mbs {
+		assert.Len(t, mb, 4, "micro-step %d: half of the global micro-batch's 8 rows", i)
+		for _, r := range mb {
+			assert.False(t, r.Sampler, "micro-step %d: no sampler log-probs without IS correction", i)
+		}
+	}
+	assert.Equal(t, 2, g.reduces, "one gradient all-reduce per optimizer step")
+	require.Len(t, *metrics, 2)
+	for _, m := range *metrics {
+		assert.Equal(t, 2.0, m["dist/world_size"])
+		// Two micro-steps of two slices of loss 0.5 each: the global
+		// micro-batch losses (0.5 each) summed over the step.
+		assert.InDelta(t, 1.0, m["loss"], 1e-12)
+		assert.Equal(t, 1.0, m["dist/allreduce_mib"])
+	}
+	calls := ro.roundVersions()
+	assert.Len(t, calls, 2, "one round per step")
+}
