@@ -281,6 +281,11 @@ func (v *VLLM) Generate(ctx context.Context, req Request) (Result, error) {
 		if err == nil {
 			return res, nil
 		}
+		if ctx.Err() != nil && lastErr != nil {
+			// The deadline ended an attempt: the error worth reading is
+			// the one that made the run retry.
+			return Result{}, fmt.Errorf("generate: gave up after %d attempts: %w (last error: %v)", b.Attempts()+1, ctx.Err(), lastErr)
+		}
 		if !vllm.Retryable(err) {
 			return Result{}, err
 		}
