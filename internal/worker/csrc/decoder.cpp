@@ -367,6 +367,8 @@ struct Decoder {
       span = std::max(span, pos[i] + 1);
     }
     KVCache view;
+    // Rows of one length see every key of the span: no mask to build.
+    view.all_keys = std::all_of(pos.begin(), pos.end(), [&](int64_t p) { return p == span - 1; });
     for (size_t l = 0; l < k.size(); l++) {
       view.k.push_back(k[l].narrow(0, 0, live).narrow(2, 0, span));
       view.v.push_back(v[l].narrow(0, 0, live).narrow(2, 0, span));

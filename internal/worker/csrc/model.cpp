@@ -319,14 +319,17 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
     return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
   };
   auto out = c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
-                                : at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false);
+             : c.allowed.defined()
+                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false)
+                 : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
   out = out.transpose(1, 2).reshape({B, L, nh * hd});
 #else
   // GQA without copying k/v: the g query heads of each kv head become rows.
   // Scale q (smaller than the scores) and add the precomputed mask bias.
   auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});
   auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk});
-  scores = scores.to(c.bias.scalar_type()) + c.bias;
+  scores = scores.to(acc_dtype(*c.m));
+  if (c.bias.defined()) scores = scores + c.bias;
   auto probs = at::softmax(scores, -1).to(q.scalar_type()).view({B, nkv, g * L, Lk});
   auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
 #endif
@@ -405,12 +408,15 @@ at::Tensor lm_head(const Weights& w) { return w.lm_head; }
 at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
                    KVCache* cache, const volatile int32_t* cancel) {
   auto x = at::embedding(w.embed, ids);
-  auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * inv_freq(m).view({1, 1, -1});  // [B, L, hd/2]
+  if (!m.rope_inv_freq.defined()) m.rope_inv_freq = inv_freq(m);
+  auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * m.rope_inv_freq.view({1, 1, -1});  // [B, L, hd/2]
   auto emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                // [B, 1, L, hd]
   LayerCtx c{&m, nullptr, lora_on, emb.cos().to(m.dtype), emb.sin().to(m.dtype), pos, cache, 0, {}, {}};
   const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
-  attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
-                  acc_dtype(m));
+  if (cache == nullptr || !cache->all_keys) {
+    attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
+                    acc_dtype(m));
+  }
   const bool ckpt = m.opts.grad_checkpointing && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < w.layers.size(); i++) {
     check_cancel(cancel);

@@ -51,9 +51,14 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // KVCache holds keys/values per layer, [B, nkv, Lmax, hd].
 struct KVCache {
   std::vector<at::Tensor> k, v;
+  // all_keys: every query attends to every cached key (a decode step whose
+  // rows all sit at the last position), so no mask is built.
+  bool all_keys = false;
 };
 
 struct Model {
+  // rope_inv_freq caches the rotary inverse frequencies (fixed per model).
+  at::Tensor rope_inv_freq;
   ort_arch arch{};
   ort_model_options opts{};
   std::string device_str, lora_targets, lora_save;

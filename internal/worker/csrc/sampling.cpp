@@ -6,6 +6,7 @@
 // vLLM's processed_logprobs.
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -71,7 +72,9 @@ void sample_rows(const at::Tensor& logits, const std::vector<RowSampling>& rows,
   auto column = [&](const std::vector<double>& v) { return at::tensor(v, f64).to(dev, acc).view({n, 1}); };
   auto flags = [&](const std::vector<uint8_t>& v) { return at::tensor(v, u8).to(dev).to(at::kBool).view({n, 1}); };
 
-  auto z = logits / column(temp);
+  // Dividing by 1 changes nothing: skip the op when no row tempers.
+  const bool tempered = std::any_of(temp.begin(), temp.end(), [](double t) { return t != 1.0; });
+  auto z = tempered ? logits / column(temp) : logits;
   if (any_k || any_p) {
     auto sorted = at::sort(z, 1, true);
     auto sv = std::get<0>(sorted);
