@@ -261,3 +261,42 @@ func TestUnknownKeysErrorMessage(t *testing.T) {
 		"  environment: unknown variable \"ORTRAIN_SEEED\"", err.Error())
 	assert.True(t, errors.Is(err, err.Keys[1]))
 }
+
+// TestListVariables: a list-valued variable takes a,b,c or a JSON/YAML
+// flow list (as copied from a manifest); a broken flow list is refused.
+func TestListVariables(t *testing.T) {
+	tests := []struct {
+		name, value string
+		want        []string
+		err         string
+	}{
+		{"commas", "http://a:1, http://b:2", []string{"http://a:1", "http://b:2"}, ""},
+		{"json", `["http://a:1","http://b:2"]`, []string{"http://a:1", "http://b:2"}, ""},
+		{"yaml flow", "[http://a:1, http://b:2]", []string{"http://a:1", "http://b:2"}, ""},
+		{"empty", "", []string{}, ""},
+		{"broken flow list", `[http://a:1, "b]`, nil, "is not a list"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			environ := []string{"ORTRAIN_ENGINE_VLLM_URLS=" + tc.value}
+			cfg, err := Load(Source{Environ: environ, Getenv: func(k string) string {
+				if k == "ORTRAIN_ENGINE_VLLM_URLS" {
+					return tc.value
+				}
+				return ""
+			}})
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.err)
+				assert.Contains(t, err.Error(), "engine.vllm_urls")
+				return
+			}
+			require.NoError(t, err)
+			if len(tc.want) == 0 {
+				assert.Empty(t, cfg.Engine.VLLMURLs)
+				return
+			}
+			assert.Equal(t, tc.want, cfg.Engine.VLLMURLs)
+		})
+	}
+}

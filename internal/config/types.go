@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
+	"go.yaml.in/yaml/v3"
 )
 
 // TypeError is a config value of the wrong type. It names where the value
@@ -214,10 +215,19 @@ func normalizeList(t reflect.Type, v any) (any, *TypeError) {
 	case []any:
 		items = x
 	case string:
-		if strings.TrimSpace(x) == "" {
+		s := strings.TrimSpace(x)
+		if s == "" {
 			return []any{}, nil
 		}
-		for _, p := range strings.Split(x, ",") {
+		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+			// A JSON or YAML flow list (ORTRAIN_ENGINE_VLLM_URLS='["http://a:8000"]'):
+			// splitting it at commas would keep the brackets and quotes.
+			if err := yaml.Unmarshal([]byte(s), &items); err != nil {
+				return nil, &TypeError{Value: x, Want: "a list: a,b,c or [\"a\", \"b\"]"}
+			}
+			break
+		}
+		for _, p := range strings.Split(s, ",") {
 			items = append(items, strings.TrimSpace(p))
 		}
 	default:
