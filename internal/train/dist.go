@@ -279,7 +279,9 @@ func (p *roundPart) appendWire(w wireRoundPart) error {
 }
 
 // gatherRound returns the global round: every rank's part, in rank order.
-func gatherRound(ctx context.Context, g collectives, local *roundPart) (*roundPart, error) {
+// Trajectory records are decoded only where they are kept (the rank that
+// logs them).
+func gatherRound(ctx context.Context, g collectives, local *roundPart, keepRecords bool) (*roundPart, error) {
 	w, err := local.wire()
 	if err != nil {
 		return nil, err
@@ -290,6 +292,9 @@ func gatherRound(ctx context.Context, g collectives, local *roundPart) (*roundPa
 	}
 	out := &roundPart{Stats: roundStats{Outcomes: map[string]int{}}}
 	for _, p := range parts {
+		if !keepRecords {
+			p.Records = nil
+		}
 		if err := out.appendWire(p); err != nil {
 			return nil, err
 		}
@@ -338,14 +343,6 @@ type rankLogprobs struct {
 // this rank's slices only, then gathers them, so every rank holds the
 // round complete (rank 0 checkpoints it; every rank resumes from it).
 func (l *stepLoop) addReferenceLogprobsDist(ctx context.Context, mbs []grpo.MicroBatch, m *StepMetrics) error {
-	if !l.cfg.UseSamplerLogps {
-		// As on one rank: no IS correction without sampler log-probs.
-		for s := range mbs {
-			for j := range mbs[s].Rows {
-				mbs[s].Rows[j].SamplerLogprobs = nil
-			}
-		}
-	}
 	if !l.cfg.Shape.needOldLogprobs(l.cfg.UseSamplerLogps) && l.cfg.Loss.Beta <= 0 {
 		return nil
 	}

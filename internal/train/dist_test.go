@@ -113,7 +113,7 @@ func TestGatherRoundKeepsRankOrderAndFailures(t *testing.T) {
 	require.NoError(t, gob.NewEncoder(&buf).Encode(peer))
 	g := echoGroup{rank: 0, peer: func() []byte { return buf.Bytes() }}
 
-	got, err := gatherRound(context.Background(), g, part(0.5, 0, nil))
+	got, err := gatherRound(context.Background(), g, part(0.5, 0, nil), true)
 	require.NoError(t, err)
 	require.Len(t, got.Samples, 2)
 	assert.Equal(t, 0.5, got.Samples[0].Reward)

@@ -523,7 +523,7 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 	part := l.newRoundPart(job, trajs, scores)
 	part.Stats.RolloutTime = rolloutTime
 	if l.dist != nil {
-		if part, err = gatherRound(ctx, l.dist, part); err != nil {
+		if part, err = gatherRound(ctx, l.dist, part, l.OnTrajectory != nil); err != nil {
 			return nil, err
 		}
 	}
@@ -596,6 +596,12 @@ func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) e
 		return err
 	}
 	rows := slices.Clone(gr.Rows)
+	if !l.cfg.UseSamplerLogps {
+		// No IS correction: the loss must not see the sampler's log-probs.
+		for i := range rows {
+			rows[i].SamplerLogprobs = nil
+		}
+	}
 	if l.async() {
 		st := dropStale(rows, gr.Versions, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)
 		m.Staleness = m.Staleness.add(st)
@@ -660,9 +666,6 @@ func (l *stepLoop) addReferenceLogprobs(ctx context.Context, rows []grpo.Row, m 
 		}
 	}
 	if !l.cfg.UseSamplerLogps {
-		for i := range rows {
-			rows[i].SamplerLogprobs = nil
-		}
 		return nil
 	}
 	if l.dist == nil {
