@@ -81,12 +81,14 @@ func newDDPFixture(t *testing.T) ddpFixture {
 	return f
 }
 
-// writeConfig writes a config for run directory name and returns both paths.
-func (f ddpFixture) writeConfig(t *testing.T, name, loss string, lora bool, batch, maxSteps int) (cfg, dir string) {
+// writeConfig writes a config for run directory name, with extra YAML
+// sections appended, and returns both paths.
+func (f ddpFixture) writeConfig(t *testing.T, name, loss string, lora bool, batch, maxSteps int, extra ...string) (cfg, dir string) {
 	t.Helper()
 	dir = filepath.Join(f.work, name)
 	cfg = filepath.Join(f.work, name+".yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(ddpConfig(f.modelDir, dir, loss, lora, batch, maxSteps)), 0o644))
+	body := ddpConfig(f.modelDir, dir, loss, lora, batch, maxSteps) + strings.Join(extra, "")
+	require.NoError(t, os.WriteFile(cfg, []byte(body), 0o644))
 	return cfg, dir
 }
 
@@ -429,15 +431,58 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
-// TestDataParallelSharesReplicas runs two ranks against one `ortrain
-// serve-engine` replica (engine.vllm_urls): both ranks sample from it,
-// rank 0 alone pushes each step's weights and the other rank follows, and
-// the rewards match one rank on the builtin engine with the global batch.
+// TestDataParallelSharesReplicas: two ranks sample from the same
+// replicas — one `ortrain serve-engine` listed in engine.vllm_urls, or one
+// that rank 0 launches (engine.vllm_command) and the other rank learns of
+// through the process group. Rank 0 alone pushes each step's weights, the
+// other rank follows, and the rewards match one rank on the builtin engine
+// with the global batch.
 func TestDataParallelSharesReplicas(t *testing.T) {
 	f := newDDPFixture(t)
 	cfg1, dir1 := f.writeConfig(t, "builtin", "dapo", false, 8, 3)
 	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
+	one := stepMetrics(t, dir1)
 
+	tests := []struct {
+		name   string
+		engine func(t *testing.T) string // the engine section
+		rank1  string                    // what rank 1 logs about its replicas, if anything
+	}{
+		{"vllm_urls", func(t *testing.T) string {
+			return "engine:\n  kind: vllm\n  vllm_urls: [" + startServeEngine(t, f) + "]\n  vllm_sync_dir: " + filepath.Join(f.work, "sync") + "\n"
+		}, ""},
+		{"launched by rank 0", func(*testing.T) string {
+			return "engine:\n  kind: vllm\n  vllm_replicas: 1\n  vllm_command: [ortrain, serve-engine, --threads, \"1\"]\n"
+		}, "sampling from the replicas rank 0 launched"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg2, dir2 := f.writeConfig(t, strings.ReplaceAll(tc.name, " ", "-"), "dapo", false, 4, 3, tc.engine(t))
+			runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
+
+			two := stepMetrics(t, dir2)
+			require.Len(t, two, 3)
+			for i := range one {
+				assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
+				assert.Contains(t, two[i], "router/moved_sessions", "step %d reports the router", i+1)
+				assert.Zero(t, two[i]["router/moved_sessions"], "step %d: no replica failed", i+1)
+			}
+			logOf := func(rank int) string {
+				return string(mustRead(t, filepath.Join(dir2, "ranks", fmt.Sprintf("rank-%d.log", rank))))
+			}
+			assert.Equal(t, 3, strings.Count(logOf(0), "synced weights to vLLM"), "rank 0 pushes every step's weights")
+			assert.NotContains(t, logOf(1), "synced weights to vLLM", "rank 1 follows without pushing")
+			if tc.rank1 != "" {
+				assert.Contains(t, logOf(1), tc.rank1)
+			}
+		})
+	}
+}
+
+// startServeEngine starts `ortrain serve-engine` on the fixture's model
+// and returns its URL.
+func startServeEngine(t *testing.T, f ddpFixture) string {
+	t.Helper()
 	srv := exec.Command(f.bin, "serve-engine", "--model", f.modelDir, "--port", "0", "--threads", "1", "--worker-lib", f.lib)
 	stdout, err := srv.StdoutPipe()
 	require.NoError(t, err)
@@ -447,49 +492,5 @@ func TestDataParallelSharesReplicas(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "serve-engine: %s", &srvLog)
-	url := strings.TrimSpace(line)
-
-	cfg2, dir2 := f.writeConfig(t, "replicas", "dapo", false, 4, 3)
-	y := strings.Replace(string(mustRead(t, cfg2)), "rollout:\n", "engine:\n  kind: vllm\n  vllm_urls: ["+url+"]\n  vllm_sync_dir: "+filepath.Join(f.work, "sync")+"\nrollout:\n", 1)
-	require.NoError(t, os.WriteFile(cfg2, []byte(y), 0o644))
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
-
-	one, two := stepMetrics(t, dir1), stepMetrics(t, dir2)
-	require.Len(t, two, 3)
-	for i := range one {
-		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
-		assert.Contains(t, two[i], "router/moved_sessions", "step %d reports the router", i+1)
-		assert.Zero(t, two[i]["router/moved_sessions"], "step %d: no replica failed", i+1)
-	}
-	pushes := func(rank int) int {
-		return strings.Count(string(mustRead(t, filepath.Join(dir2, "ranks", fmt.Sprintf("rank-%d.log", rank)))), "synced weights to vLLM")
-	}
-	assert.Equal(t, 3, pushes(0), "rank 0 pushes every step's weights")
-	assert.Equal(t, 0, pushes(1), "rank 1 follows without pushing")
-}
-
-// TestDataParallelLaunchesReplicasOnRankZero: with replicas the run
-// launches (engine.vllm_command: `ortrain serve-engine`), rank 0 launches
-// them, the other rank learns their URLs through the process group and
-// samples from them too; rewards match one rank on the builtin engine.
-func TestDataParallelLaunchesReplicasOnRankZero(t *testing.T) {
-	f := newDDPFixture(t)
-	cfg1, dir1 := f.writeConfig(t, "builtin", "dapo", false, 8, 3)
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
-
-	cfg2, dir2 := f.writeConfig(t, "launched", "dapo", false, 4, 3)
-	y := strings.Replace(string(mustRead(t, cfg2)), "rollout:\n", "engine:\n  kind: vllm\n  vllm_replicas: 1\n"+
-		"  vllm_command: [ortrain, serve-engine, --threads, \"1\"]\nrollout:\n", 1)
-	require.NoError(t, os.WriteFile(cfg2, []byte(y), 0o644))
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
-
-	one, two := stepMetrics(t, dir1), stepMetrics(t, dir2)
-	require.Len(t, two, 3)
-	for i := range one {
-		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
-	}
-	rank1 := string(mustRead(t, filepath.Join(dir2, "ranks", "rank-1.log")))
-	assert.Contains(t, rank1, "sampling from the replicas rank 0 launched")
-	assert.NotContains(t, rank1, "synced weights to vLLM")
-	assert.Equal(t, 3, strings.Count(string(mustRead(t, filepath.Join(dir2, "ranks", "rank-0.log"))), "synced weights to vLLM"))
+	return strings.TrimSpace(line)
 }
