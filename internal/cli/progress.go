@@ -22,7 +22,7 @@ import (
 // quickstartTime is how long the embedded quickstart (100 steps) takes, as
 // measured (54 s and 66 s wall in two runs on 2 shared CPU cores);
 // README.md says the same, and TestQuickstartTimeAgrees holds them together.
-const quickstartTime = "about a minute on 2 CPU cores"
+const quickstartTime = "about half a minute on 2 CPU cores"
 
 // progress shows a bar with step, reward and ETA on a terminal, and one
 // line per logged step otherwise.
