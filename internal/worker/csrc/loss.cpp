@@ -505,10 +505,10 @@ TokenLoss make_token_loss(const ort_loss_config& c, const ort_batch* b, const Ba
 }
 
 // FusedPass is what fused_logprobs returns: log-probs and entropies [N],
-// and the loss gradient w.r.t. the hidden rows and the LM head (undefined
-// where not needed).
+// and the loss gradient w.r.t. the hidden rows (undefined where not
+// needed). The LM head's gradient is added to its .grad by the pass itself.
 struct FusedPass {
-  at::Tensor logp, ent, grad_h, grad_w;
+  at::Tensor logp, ent, grad_h;
 };
 
 // fused_logprobs is ChunkedLogprob's forward that also back-propagates the
@@ -526,6 +526,12 @@ FusedPass fused_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Ten
   out.logp = at::empty({N}, h.options().dtype(acc));
   out.ent = at::empty({N}, h.options().dtype(acc));
   if (need_h) out.grad_h = at::empty_like(h, at::MemoryFormat::Contiguous);
+  // The LM head's gradient goes straight into its .grad (addmm_ per chunk)
+  // when that already holds an earlier micro-batch's sum in the right dtype,
+  // rather than into a V x H buffer added afterwards.
+  const auto& wg = w.grad();
+  const bool into_grad = need_w && wg.defined() && wg.scalar_type() == acc && wg.is_contiguous();
+  at::Tensor grad_w;  // the chunks' sum when not into_grad
   for (int64_t s = 0; s < N; s += step) {
     check_cancel(cancel);
     const int64_t n = std::min(step, N - s);
@@ -561,16 +567,28 @@ FusedPass fused_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Ten
       at::mm_out(gh, dz, w);
     }
     if (need_w) {
-      if (!out.grad_w.defined()) {
-        out.grad_w = at::mm(dz.t(), hc).to(acc);
+      if (into_grad) {
+        w.mutable_grad().addmm_(dz.t(), hc);
+      } else if (!grad_w.defined()) {
+        grad_w = at::mm(dz.t(), hc).to(acc);
       } else if (w.scalar_type() == acc) {
-        out.grad_w.addmm_(dz.t(), hc);
+        grad_w.addmm_(dz.t(), hc);
       } else {
-        out.grad_w.add_(at::mm(dz.t(), hc).to(acc));
+        grad_w.add_(at::mm(dz.t(), hc).to(acc));
       }
     }
   }
-  if (need_w) out.grad_w = out.grad_w.defined() ? out.grad_w.to(w.scalar_type()) : at::zeros_like(w);
+  if (need_w && !into_grad) {
+    // Into .grad as AccumulateGrad would: the first micro-batch's gradient
+    // becomes .grad, later ones add to it.
+    auto g = grad_w.defined() ? grad_w.to(w.scalar_type()) : at::zeros_like(w);
+    auto& dst = w.mutable_grad();
+    if (dst.defined()) {
+      dst.add_(g);
+    } else {
+      dst = g;
+    }
+  }
   return out;
 }
 
@@ -601,10 +619,6 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
     if (need_h) {
       roots.push_back(h);
       grads.push_back(pass.grad_h);
-    }
-    if (need_w) {
-      roots.push_back(w);
-      grads.push_back(pass.grad_w);
     }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
     return;

@@ -405,9 +405,40 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
 
 at::Tensor lm_head(const Weights& w) { return w.lm_head; }
 
+// EmbeddingLookup is at::embedding whose backward adds each token's
+// gradient row into the weight's .grad in place (index_add_) and hands
+// autograd no gradient for the weight. at::embedding's backward instead
+// returns a zero-filled dense [V, H] matrix, which AccumulateGrad (or, in a
+// tied model, the sum with the LM head's gradient) then adds: two or three
+// passes over V x H per micro-batch, which at V = 151,936 cost as much as a
+// decoder layer. The sum is the same; only the order of the additions into
+// .grad differs.
+struct EmbeddingLookup : public torch::autograd::Function<EmbeddingLookup> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& ids) {
+    ctx->save_for_backward({ids});
+    ctx->saved_data["weight"] = weight;  // the leaf itself (not a copy), whose .grad backward adds to
+    return at::embedding(weight, ids);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto weight = ctx->saved_data["weight"].toTensor();
+    const auto ids = ctx->get_saved_variables()[0].reshape({-1});
+    auto rows = grad_out[0].reshape({-1, weight.size(1)});
+    auto& acc = weight.mutable_grad();
+    if (!acc.defined()) acc = at::zeros_like(weight, at::MemoryFormat::Contiguous);
+    acc.index_add_(0, ids, rows.to(acc.scalar_type()));
+    return {at::Tensor(), at::Tensor()};
+  }
+};
+
+static at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& ids) {
+  if (!at::GradMode::is_enabled() || !weight.requires_grad() || !weight.is_leaf()) return at::embedding(weight, ids);
+  return EmbeddingLookup::apply(weight, ids);
+}
+
 at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
                    KVCache* cache, const volatile int32_t* cancel) {
-  auto x = at::embedding(w.embed, ids);
+  auto x = embed_tokens(w.embed, ids);
   if (!m.rope_inv_freq.defined()) m.rope_inv_freq = inv_freq(m);
   auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * m.rope_inv_freq.view({1, 1, -1});  // [B, L, hd/2]
   auto emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                // [B, 1, L, hd]
