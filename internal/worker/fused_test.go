@@ -235,3 +235,65 @@ func TestFusedRefusesNonSeparableLosses(t *testing.T) {
 		})
 	}
 }
+
+// TestGradientsAccumulateAcrossMicroBatches: two micro-batches in a row
+// leave in .grad the sum of their separate gradients, on both log-prob paths.
+// The fused pass adds the LM head's gradient into an existing .grad in place,
+// and the embedding lookup adds its rows there too (tied heads share that
+// tensor), so this checks both against plain sums (1e-13 relative, float64).
+func TestGradientsAccumulateAcrossMicroBatches(t *testing.T) {
+	ctx := context.Background()
+	llama := filepath.Join("..", "..", "testdata", "worker", "micro-llama")
+	cases := fusedLossCases()
+	for _, mc := range []struct {
+		name  string
+		opts  ModelOptions
+		vocab int
+	}{
+		{"tied_head", ModelOptions{DType: "float64"}, 300},
+		{"untied_head", ModelOptions{Dir: llama, DType: "float64"}, 61},
+		{"lora_save_untied_embed", ModelOptions{Dir: llama, DType: "float64", LoRA: &LoRAOptions{
+			Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "down_proj"}, ModulesToSave: []string{"embed_tokens", "lm_head"}}}, 61},
+	} {
+		for _, path := range []struct {
+			name string
+			p    LogprobPath
+		}{{"fused", LogprobFused}, {"recompute", LogprobRecompute}} {
+			t.Run(mc.name+"_"+path.name, func(t *testing.T) {
+				o := mc.opts
+				o.LogprobPath = path.p
+				m := loadTiny(t, o)
+				if o.LoRA != nil {
+					perturbLoRA(t, m)
+				}
+				lc1, lc2 := cases[0], cases[1]
+				mb1, mb2 := fusedBatch(t, m, lc1, mc.vocab), fusedBatch(t, m, lc2, mc.vocab)
+				grads := func(steps ...func() error) map[string][]byte {
+					require.NoError(t, m.ZeroGrad(ctx))
+					for _, s := range steps {
+						require.NoError(t, s())
+					}
+					return tensorBytes(t, m, KindGrad)
+				}
+				one := func() error { _, err := m.ForwardBackward(ctx, mb1, lc1.cfg); return err }
+				two := func() error { _, err := m.ForwardBackward(ctx, mb2, lc2.cfg); return err }
+				g1, g2, both := grads(one), grads(two), grads(one, two)
+				infos, err := m.Tensors(KindGrad)
+				require.NoError(t, err)
+				require.NotEmpty(t, infos)
+				for _, info := range infos {
+					name := info.Name
+					a, b, c := floats(t, info.DType, g1[name]), floats(t, info.DType, g2[name]), floats(t, info.DType, both[name])
+					scale := 0.0
+					for k := range c {
+						scale = math.Max(scale, math.Abs(a[k]+b[k]))
+					}
+					require.NotZero(t, scale, "%s: zero gradient", name)
+					for k := range c {
+						require.LessOrEqual(t, math.Abs(c[k]-(a[k]+b[k]))/scale, 1e-13, "%s[%d]: accumulated %.17g, sum %.17g", name, k, c[k], a[k]+b[k])
+					}
+				}
+			})
+		}
+	}
+}
