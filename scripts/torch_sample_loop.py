@@ -8,8 +8,9 @@ torch.multinomial call), no per-row host round trips (the ids are read back
 once at the end), under torch.inference_mode. Model code is
 torch_reference.py's (same semantics as transformers).
 
-  torch_sample_loop.py MODEL_DIR --rows R --prompt P --new-tokens N --threads T
-prints {"sample_tokens_per_s": ..., "sample_s": ...}; prompts are random ids
+  torch_sample_loop.py MODEL_DIR --rows R --prompt P --new-tokens N --threads T [--repeats K]
+prints {"sample_tokens_per_s": ..., "sample_s": ...} (the median of K timed
+runs, as benchworker --repeats); prompts are random ids
 (seeded), temperature 1, no stop ids: every row makes N tokens, as in
 benchworker.
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -111,6 +113,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=1, help="time sampling this many times, report the median")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg, w = load(a.model)
@@ -118,11 +121,14 @@ def main():
     prompts = torch.randint(0, cfg["vocab_size"], (a.rows, a.prompt), generator=g)
     with torch.inference_mode():
         sample(cfg, w, prompts[:1], a.new_tokens, g)  # warm-up, as benchworker's
-        t0 = time.perf_counter()
-        ids, _ = sample(cfg, w, prompts, a.new_tokens, g)
-        dt = time.perf_counter() - t0
-    n = sum(len(r) for r in ids)
-    print(json.dumps({"sample_tokens_per_s": n / dt, "sample_s": dt}))
+        rates, times = [], []
+        for _ in range(max(a.repeats, 1)):
+            t0 = time.perf_counter()
+            ids, _ = sample(cfg, w, prompts, a.new_tokens, g)
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            rates.append(sum(len(r) for r in ids) / dt)
+    print(json.dumps({"sample_tokens_per_s": statistics.median(rates), "sample_s": statistics.median(times)}))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ type StepDecoder interface {
 	// Add prefills reqs and returns their sequence ids, aligned with reqs.
 	// A failed Add drops every live sequence.
 	Add(ctx context.Context, reqs []Request) ([]int64, error)
-	// Step samples one token for each of the live sequences (live is their
-	// count). A failed Step drops every live sequence.
+	// Step samples one or more tokens for each of the live sequences (live
+	// is their count), events in step order, and returns after a step in
+	// which a sequence finished. A failed Step drops every live sequence.
 	Step(ctx context.Context, live int) ([]TokenEvent, error)
 	// Release drops one live sequence.
 	Release(ctx context.Context, seq int64) error
@@ -199,7 +200,8 @@ func (b *Builtin) admit(live map[int64]*running, waiting []pending) []pending {
 	return rest
 }
 
-// step advances every live row by one token and answers the finished ones.
+// step advances every live row by one or more tokens and answers the
+// finished ones.
 func (b *Builtin) step(live map[int64]*running) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
 	defer cancel()

@@ -40,9 +40,10 @@ func (d WorkerDecoder) Add(ctx context.Context, reqs []Request) ([]int64, error)
 	return d.Decoder.Add(ctx, wr)
 }
 
-// Step samples one token for every live sequence.
+// Step samples one or more tokens for every live sequence
+// (worker.Decoder.Advance: several short steps per call into the worker).
 func (d WorkerDecoder) Step(ctx context.Context, live int) ([]TokenEvent, error) {
-	evs, err := d.Decoder.Step(ctx, live)
+	evs, err := d.Decoder.Advance(ctx, live)
 	if err != nil {
 		return nil, err
 	}

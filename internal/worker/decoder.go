@@ -9,6 +9,8 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -56,7 +58,19 @@ type DecoderStats struct {
 type Decoder struct {
 	m *Model
 	h *C.ort_decoder
+	// stepsPerCall is Advance's step count for its next call.
+	stepsPerCall atomic.Int32
 }
+
+// Advance's pacing. Every call crosses to the worker's thread and back:
+// tens of microseconds, more while libtorch's pool threads spin, which was a
+// quarter of a tiny model's decode step. Advance runs as many steps in one
+// call as fit in advanceBudget at the last call's pace, up to
+// maxStepsPerCall; a step longer than the budget runs alone, as Step.
+const (
+	advanceBudget   = 4 * time.Millisecond
+	maxStepsPerCall = 16
+)
 
 // NewDecoder creates a decoder over m.
 func (m *Model) NewDecoder(ctx context.Context, o DecoderOptions) (*Decoder, error) {
@@ -134,10 +148,31 @@ func (d *Decoder) Add(ctx context.Context, reqs []DecodeRequest) ([]int64, error
 
 // Step samples one token for every live sequence; events for finished
 // sequences carry their stop reason. With no live sequence it returns none.
-func (d *Decoder) Step(ctx context.Context, room int) ([]DecodeEvent, error) {
-	if room < 1 {
-		room = 1
+func (d *Decoder) Step(ctx context.Context, live int) ([]DecodeEvent, error) {
+	return d.steps(ctx, max(live, 1))
+}
+
+// Advance is Step repeated: it samples one or more tokens for every live
+// sequence (events in step order) and returns after the first step in which
+// a sequence finished, so a finished sequence is answered, and a new request
+// admitted, as soon as Step would. Only requests that arrive during the call
+// wait longer, by at most about advanceBudget. live is the live count.
+func (d *Decoder) Advance(ctx context.Context, live int) ([]DecodeEvent, error) {
+	live = max(live, 1)
+	n := max(int(d.stepsPerCall.Load()), 1)
+	start := time.Now()
+	evs, err := d.steps(ctx, live*n)
+	if err != nil || len(evs) == 0 {
+		return evs, err
 	}
+	taken := max((len(evs)+live-1)/live, 1)
+	perStep := time.Since(start) / time.Duration(taken)
+	d.stepsPerCall.Store(int32(min(max(int(advanceBudget/max(perStep, 1)), 1), maxStepsPerCall)))
+	return evs, nil
+}
+
+// steps runs the worker's decode steps while one more fits in room events.
+func (d *Decoder) steps(ctx context.Context, room int) ([]DecodeEvent, error) {
 	unlock, err := d.begin(ctx)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -368,4 +370,62 @@ func TestDecoderMixedAdd(t *testing.T) {
 	assert.Equal(t, int64(len(turn1.PromptIDs)+len(first.IDs)-1), after.ReusedTokens-before.ReusedTokens)
 	assert.Equal(t, int64(3+len(long)), after.PrefillTokens-before.PrefillTokens)
 	assert.Equal(t, int64(len(long)), after.SharedTokens-before.SharedTokens)
+}
+
+// TestDecoderAdvanceMatchesStep: several steps per call give every sequence
+// the tokens and log-probs of one step per call, and a call ends with the
+// step in which a sequence finished (so the caller answers it at once).
+func TestDecoderAdvanceMatchesStep(t *testing.T) {
+	m := loadTiny(t, ModelOptions{})
+	ctx := context.Background()
+	reqs := []DecodeRequest{
+		{SampleRequest: SampleRequest{PromptIDs: []int32{1, 50, 51}, MaxNewTokens: 3, Temperature: 1, Seed: 1}},
+		{SampleRequest: SampleRequest{PromptIDs: []int32{1, 70}, MaxNewTokens: 11, Temperature: 1, Seed: 2}},
+		{SampleRequest: SampleRequest{PromptIDs: []int32{1, 80, 81, 82}, MaxNewTokens: 20, Temperature: 0.7, TopK: 20, Seed: 3}},
+	}
+	want := decodeAll(t, newDecoder(t, m, 0), map[int][]DecodeRequest{0: reqs})
+
+	d := newDecoder(t, m, 0)
+	ids, err := d.Add(ctx, reqs)
+	require.NoError(t, err)
+	got := map[int64]*SampleResult{}
+	for _, id := range ids {
+		got[id] = &SampleResult{}
+	}
+	calls := 0
+	for live := len(reqs); live > 0; calls++ {
+		d.stepsPerCall.Store(8) // the pacing adapts to timing; fix it here
+		evs, err := d.Advance(ctx, live)
+		require.NoError(t, err)
+		require.NotEmpty(t, evs)
+		step := map[int64]int{} // the step of each event within this call
+		last, stopped := 0, -1
+		for _, e := range evs {
+			s := step[e.Seq]
+			step[e.Seq]++
+			last = max(last, s)
+			r := got[e.Seq]
+			r.IDs = append(r.IDs, e.Token)
+			r.Logprobs = append(r.Logprobs, e.Logprob)
+			if e.Stop != 0 {
+				r.StopReason = e.Stop
+				live--
+				stopped = s
+			}
+		}
+		if stopped >= 0 {
+			require.Equal(t, last, stopped, "call %d went on after a sequence finished", calls)
+		} else {
+			require.Equal(t, 7, last, "call %d: 8 steps fit and none finished", calls)
+		}
+	}
+	require.Len(t, got, len(want))
+	wantIDs := slices.Sorted(maps.Keys(want)) // ids are handed out in request order
+	for i, id := range ids {
+		w := want[wantIDs[i]]
+		require.Equal(t, w.IDs, got[id].IDs, "sequence %d", i)
+		require.Equal(t, w.Logprobs, got[id].Logprobs, "sequence %d", i)
+		require.Equal(t, w.StopReason, got[id].StopReason, "sequence %d", i)
+	}
+	require.Less(t, calls, 11, "11 + 9 tokens should take fewer calls than steps")
 }

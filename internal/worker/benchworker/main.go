@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -31,6 +32,7 @@ type options struct {
 	rows, promptLen, complLen      int
 	steps, newTokens, threads      int
 	checkpointing, sampleOnly      bool
+	repeats                        int
 	// Data-parallel: with worldSize > 1 each step all-reduces the gradients
 	// with the other ranks (started the same way) and sampling is skipped.
 	worldSize, rank int
@@ -86,6 +88,7 @@ func main() {
 	flag.IntVar(&o.complLen, "completion", 96, "completion tokens per row (training)")
 	flag.IntVar(&o.steps, "steps", 3, "timed training steps (after one warm-up step)")
 	flag.IntVar(&o.newTokens, "new-tokens", 64, "tokens sampled per row")
+	flag.IntVar(&o.repeats, "repeats", 1, "time sampling this many times and report the median tokens/s (a short run is mostly jitter)")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "libtorch intra-op threads")
 	flag.BoolVar(&o.checkpointing, "checkpointing", false, "activation recomputation")
 	flag.BoolVar(&o.sampleOnly, "sample-only", false, "measure sampling only (train keys are 0)")
@@ -218,24 +221,39 @@ func run(ctx context.Context, o options) error {
 	if _, err := m.Sample(ctx, reqs[:1]); err != nil { // warm-up
 		return err
 	}
-	start := time.Now()
-	out, err := m.Sample(ctx, reqs)
-	if err != nil {
-		return err
+	var static, decoded []float64 // tokens/s per repeat
+	for range max(o.repeats, 1) {
+		start := time.Now()
+		out, err := m.Sample(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		sampleTime := time.Since(start)
+		var sampled int
+		for _, r := range out {
+			sampled += len(r.IDs)
+		}
+		static = append(static, float64(sampled)/sampleTime.Seconds())
 	}
-	sampleTime := time.Since(start)
-	var sampled int
-	for _, r := range out {
-		sampled += len(r.IDs)
+	for range max(o.repeats, 1) {
+		decodeTime, n, err := decode(ctx, m, reqs)
+		if err != nil {
+			return err
+		}
+		decoded = append(decoded, float64(n)/decodeTime.Seconds())
 	}
-	decodeTime, decoded, err := decode(ctx, m, reqs)
-	if err != nil {
-		return err
-	}
-	res.SampleTokensPerS = float64(sampled) / sampleTime.Seconds()
-	res.DecodeTokensPerS = float64(decoded) / decodeTime.Seconds()
+	res.SampleTokensPerS, res.DecodeTokensPerS = median(static), median(decoded)
 	res.PeakRSSMiB = peakRSSMiB()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// median of xs (not empty); xs is sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 func peakRSSMiB() float64 {
@@ -263,7 +281,7 @@ func decode(ctx context.Context, m *worker.Model, reqs []worker.SampleRequest) (
 		}
 		tokens := 0
 		for live := len(rs); live > 0; {
-			evs, err := d.Step(ctx, live)
+			evs, err := d.Advance(ctx, live) // as the builtin engine steps it
 			if err != nil {
 				return 0, err
 			}

@@ -441,7 +441,16 @@ int32_t decoder_step(Decoder& d, ort_decode_event* events, int32_t cap, const vo
                              " sequences are live");
   }
   try {
-    return d.step(events, cap, cancel);
+    // Steps while one more fits in the caller's room (rows never grow here),
+    // stopping after a step where a sequence finished so the caller can
+    // answer it and admit others. cap = live count runs exactly one step.
+    int32_t n = 0;
+    while (true) {
+      const int32_t k = d.step(events + n, cap - n, cancel);
+      const bool finished = std::any_of(events + n, events + n + k, [](const ort_decode_event& e) { return e.stop_reason != 0; });
+      n += k;
+      if (k == 0 || finished || static_cast<int64_t>(d.rows.size()) > cap - n) return n;
+    }
   } catch (...) {
     d.fail();
     throw;

@@ -256,7 +256,10 @@ void ort_decoder_free(ort_decoder *d);
 /* keys may be NULL, and keys[i] NULL or "" for no cache key; ids has room for n. */
 int ort_decoder_add(ort_decoder *d, const ort_sample_request *reqs, const char *const *keys, int32_t n, int64_t *ids,
                     const volatile int32_t *cancel, char *err, size_t err_len);
-/* events has room for cap events; cap must be at least the live count. */
+/* events has room for cap events; cap must be at least the live count. It
+ * runs decode steps while the events of one more step fit in cap, and returns
+ * after a step in which a sequence finished: cap = the live count runs exactly
+ * one step. */
 int ort_decoder_step(ort_decoder *d, ort_decode_event *events, int32_t cap, int32_t *n,
                      const volatile int32_t *cancel, char *err, size_t err_len);
 /* Drops a live sequence (a caller gave up); unknown ids are ignored. */
