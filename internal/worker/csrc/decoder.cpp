@@ -324,6 +324,7 @@ struct Decoder {
     if (n == 0) return 0;
     check_cancel(cancel);
     at::NoGradGuard ng;
+    SerialScope serial(serial_decode(*m, n));
     m->training = false;
     auto logits = at::matmul(h.narrow(0, 0, n), lm_head(m->view).t()).to(acc_dtype(*m));
     std::vector<RowSampling> rs(n);

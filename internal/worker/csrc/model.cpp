@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <mutex>
@@ -26,6 +27,37 @@ void keep_freed_cpu_memory() {
     mallopt(M_MMAP_MAX, 0);                // large blocks come from the heap, where free() keeps them
     mallopt(M_TRIM_THRESHOLD, INT_MAX);    // and the heap is not shrunk after each step
   });
+}
+
+}  // namespace ort
+
+// libgomp's, bound weakly: present when libtorch's OpenMP runtime is loaded
+// (libtorch_cpu needs it), null with a non-OpenMP libtorch.
+extern "C" {
+void omp_set_num_threads(int) __attribute__((weak));
+int omp_get_max_threads(void) __attribute__((weak));
+}
+
+namespace ort {
+
+SerialScope::SerialScope(bool on) {
+  if (!on || omp_set_num_threads == nullptr || omp_get_max_threads == nullptr) return;
+  const int n = omp_get_max_threads();
+  if (n <= 1) return;
+  saved_ = n;
+  omp_set_num_threads(1);
+}
+
+SerialScope::~SerialScope() {
+  if (saved_ > 1) omp_set_num_threads(saved_);
+}
+
+bool serial_decode(const Model& m, int64_t rows) {
+  if (!m.device.is_cpu()) return false;
+  const auto& a = m.arch;
+  const int64_t widest = std::max<int64_t>({a.vocab_size, a.intermediate_size, int64_t{a.num_heads} * a.head_dim});
+  constexpr int64_t kSerialMACs = int64_t{2} << 20;
+  return rows * a.hidden_size * widest < kSerialMACs;
 }
 
 at::ScalarType acc_dtype(const Model& m) { return m.dtype == at::kDouble ? at::kDouble : at::kFloat; }

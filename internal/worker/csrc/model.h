@@ -112,6 +112,31 @@ at::ScalarType acc_dtype(const Model& m);  // fp64 for fp64 models, else fp32
 void keep_freed_cpu_memory();
 void check_cancel(const volatile int32_t* cancel);
 
+// SerialScope runs libtorch's CPU ops on the calling thread alone for its
+// lifetime when on (and libtorch uses OpenMP), then restores the team size.
+// A decode step of a small model is hundreds of ops on a few thousand
+// elements each, where waking the other OpenMP threads costs more than the
+// op: a softmax over [16, 2, 2, 1, 96] took 16 us on one thread and 6 ms on
+// two while another process kept the second core busy, and the tiny
+// preset's decoder made 2.3-2.8k tokens/s on two threads against 10-15k on
+// one beside a busy loop on a 2-core machine (an env server is such a
+// neighbour). Real models never qualify (serial_decode).
+class SerialScope {
+ public:
+  explicit SerialScope(bool on);
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+// serial_decode says whether a decode step of rows rows is small enough for
+// SerialScope: its largest matmul (the vocab projection or the MLP) is under
+// a few million multiply-adds, so no op in it gains from a second thread.
+bool serial_decode(const Model& m, int64_t rows);
+
 // loss.cpp: token log-probs and entropies of targets given hidden rows,
 // chunked over rows so [N, V] logits never exist at once.
 // chunk = rows per chunk, 0 = auto.

@@ -67,6 +67,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   for (int32_t i = 0; i < n; i++) rs[i] = RowSampling{reqs[i].temperature, reqs[i].top_p, reqs[i].min_p, reqs[i].top_k};
   std::vector<double> u(n, 0.0), lps;
   std::vector<int64_t> toks;
+  SerialScope serial(serial_decode(m, n));
   for (int64_t step = 0;; step++) {
     check_cancel(cancel);
     auto logits = at::matmul(h, lm_head(m.view).t()).to(acc);  // [n, V], on the model's device
