@@ -65,7 +65,8 @@ func TestSampleSeedReproduces(t *testing.T) {
 
 // TestSamplerLogprobsMatchTraining: KV-cache decoding of a batch with mixed
 // prompt lengths gives the same log-probs (fp32, 1e-5) as the training
-// forward over the full sequences, at the same temperature.
+// forward over the full sequences, at the same temperature. (The tiny
+// model's decode steps take attention()'s broadcast path, training its bmm.)
 func TestSamplerLogprobsMatchTraining(t *testing.T) {
 	m := loadTiny(t, ModelOptions{})
 	ctx := context.Background()

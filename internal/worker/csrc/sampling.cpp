@@ -102,7 +102,7 @@ void sample_rows(const at::Tensor& logits, const std::vector<RowSampling>& rows,
   if (any_sampled) {
     // Inverse CDF over token ids: the row's uniform picks the smallest id
     // whose cumulative processed probability exceeds u times the total.
-    auto cdf = lp.exp().to(at::kDouble).cumsum(1);
+    auto cdf = lp.exp().cumsum(1, at::kDouble);  // as .to(kDouble).cumsum(1), one call
     auto target = at::tensor(u, f64).to(dev).view({n, 1}) * cdf.narrow(1, V - 1, 1);
     tok = at::searchsorted(cdf, target, false, true).clamp_max(V - 1);
   }
@@ -111,10 +111,22 @@ void sample_rows(const at::Tensor& logits, const std::vector<RowSampling>& rows,
     tok = any_sampled ? at::where(flags(greedy), best, tok) : best;
   }
   auto chosen = lp.gather(1, tok);
-  auto host = at::cat({tok.to(at::kDouble), chosen.to(at::kDouble)}, 1).to(at::kCPU).contiguous();
-  const double* h = host.data_ptr<double>();
   tokens->resize(n);
   logps->resize(n);
+  if (dev.is_cpu()) {  // read both in place: no cast, concatenation or copy
+    auto t = tok.contiguous();
+    auto c = chosen.to(at::kDouble).contiguous();
+    const int64_t* pt = t.data_ptr<int64_t>();
+    const double* pc = c.data_ptr<double>();
+    for (int64_t i = 0; i < n; i++) {
+      (*tokens)[i] = pt[i];
+      (*logps)[i] = pc[i];
+    }
+    return;
+  }
+  // One device-to-host copy for both.
+  auto host = at::cat({tok.to(at::kDouble), chosen.to(at::kDouble)}, 1).to(at::kCPU).contiguous();
+  const double* h = host.data_ptr<double>();
   for (int64_t i = 0; i < n; i++) {
     (*tokens)[i] = static_cast<int64_t>(h[2 * i]);
     (*logps)[i] = h[2 * i + 1];
