@@ -287,9 +287,27 @@ static at::Tensor inv_freq(const Model& m) {
   return inv.to(m.device);
 }
 
-static at::Tensor rotate_half(const at::Tensor& x) {
+// swap_halves(x) * sin_rot is transformers' rotate_half(x) * sin with the
+// negation moved onto the table: (-a) b and a (-b) are the same float.
+static at::Tensor swap_halves(const at::Tensor& x) {
   const int64_t h = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+  return at::cat({x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+// rope_tables makes m.rope_cos / m.rope_sin_rot cover positions [0, need):
+// rows p of cat(cos f, cos f) and of cat(-sin f, sin f) for f = p * inv_freq,
+// as transformers computes them per call, grown by doubling.
+static void rope_tables(Model& m, int64_t need) {
+  if (m.rope_cos.defined() && m.rope_cos.size(0) >= need) return;
+  if (!m.rope_inv_freq.defined()) m.rope_inv_freq = inv_freq(m);
+  int64_t n = 64;
+  while (n < need) n *= 2;
+  at::NoGradGuard ng;
+  auto p = at::arange(n, at::TensorOptions().dtype(at::kLong).device(m.device)).to(acc_dtype(m));
+  auto f = p.unsqueeze(-1) * m.rope_inv_freq.view({1, -1});  // [n, hd/2]
+  m.rope_cos = cast(at::cat({f, f}, -1).cos(), m.dtype);
+  auto sin = cast(f.sin(), m.dtype);
+  m.rope_sin_rot = at::cat({-sin, sin}, -1);
 }
 
 // A contiguous [.., in] input is multiplied as one [rows, in] matrix: the
@@ -326,7 +344,7 @@ struct LayerCtx {
   const Model* m;
   const LayerW* w;
   bool lora_on;
-  at::Tensor cos, sin, pos;  // cos/sin [B, 1, L, hd]
+  at::Tensor cos, sin_rot, pos;  // [B, 1, L, hd] (rope_tables)
   KVCache* cache;
   int layer;
   // allowed [B, 1, L, Lk] says which keys each query sees: causal by
@@ -360,8 +378,8 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  q = q * c.cos + rotate_half(q) * c.sin;
-  k = k * c.cos + rotate_half(k) * c.sin;
+  q = q * c.cos + swap_halves(q) * c.sin_rot;
+  k = k * c.cos + swap_halves(k) * c.sin_rot;
   if (c.cache != nullptr) {
     auto& ck = c.cache->k[c.layer];
     auto& cv = c.cache->v[c.layer];
@@ -429,7 +447,7 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
     ctx->saved_data["w"] = reinterpret_cast<int64_t>(c->w);
     ctx->saved_data["lora"] = c->lora_on;
     ctx->saved_data["gen"] = c->m->gen.clone();
-    ctx->save_for_backward({x, c->cos, c->sin, c->pos, c->allowed, c->bias});
+    ctx->save_for_backward({x, c->cos, c->sin_rot, c->pos, c->allowed, c->bias});
     (void)params;
     at::NoGradGuard ng;
     return {layer_forward(*c, x)};
@@ -511,10 +529,11 @@ static at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& ids) 
 at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
                    KVCache* cache, const volatile int32_t* cancel) {
   auto x = embed_tokens(w.embed, ids);
-  if (!m.rope_inv_freq.defined()) m.rope_inv_freq = inv_freq(m);
-  auto freqs = pos.to(acc_dtype(m)).unsqueeze(-1) * m.rope_inv_freq.view({1, 1, -1});  // [B, L, hd/2]
-  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                // [B, 1, L, hd]
-  LayerCtx c{&m, nullptr, lora_on, cast(emb.cos(), m.dtype), cast(emb.sin(), m.dtype), pos, cache, 0, {}, {}};
+  const int64_t B = pos.size(0), L = pos.size(1), hd = m.arch.head_dim;
+  rope_tables(m, pos.numel() == 0 ? 1 : pos.max().item<int64_t>() + 1);
+  auto rows = pos.reshape({-1});
+  LayerCtx c{&m, nullptr, lora_on, m.rope_cos.index_select(0, rows).view({B, 1, L, hd}),
+             m.rope_sin_rot.index_select(0, rows).view({B, 1, L, hd}), pos, cache, 0, {}, {}};
   const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
   if (cache == nullptr || !cache->all_keys) {
     attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,

@@ -59,6 +59,9 @@ struct KVCache {
 struct Model {
   // rope_inv_freq caches the rotary inverse frequencies (fixed per model).
   at::Tensor rope_inv_freq;
+  // rope_cos / rope_sin_rot [positions, head_dim] are the rotary tables of
+  // positions 0.. (model.cpp's rope_tables), grown on demand.
+  at::Tensor rope_cos, rope_sin_rot;
   ort_arch arch{};
   ort_model_options opts{};
   std::string device_str, lora_targets, lora_save;
