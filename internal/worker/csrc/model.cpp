@@ -402,11 +402,13 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
                  : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
   out = out.transpose(1, 2).reshape({B, L, nh * hd});
 #else
-  if (L == 1 && c.cache != nullptr && !at::GradMode::is_enabled() && B * nkv * g * Lk * hd <= kSmallDecodeAttention) {
+  const bool wide = q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble;
+  if (L == 1 && c.cache != nullptr && wide && !at::GradMode::is_enabled() && B * nkv * g * Lk * hd <= kSmallDecodeAttention) {
     // One decode query per row against a short cache: products and sums
     // over broadcast views, two ops per product. CPU bmm runs one small
     // GEMM per (row, kv head), each several dispatcher calls: in the tiny
-    // preset's 16-row decode those took 0.9 of a 1.2 ms step.
+    // preset's 16-row decode those took 0.9 of a 1.2 ms step. (Not for
+    // 16-bit weights: their products would round before the sum.)
     auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g, 1, hd});
     auto scores = cast((q4 * k.unsqueeze(2)).sum(-1).view({B, nkv, g, 1, Lk}), acc_dtype(*c.m));
     if (c.bias.defined()) scores.add_(c.bias);
