@@ -326,8 +326,7 @@ struct Decoder {
     at::NoGradGuard ng;
     SerialScope serial(serial_decode(*m, n));
     m->training = false;
-    auto logits = at::mm(h.narrow(0, 0, n), lm_head(m->view).t());
-    if (logits.scalar_type() != acc_dtype(*m)) logits = logits.to(acc_dtype(*m));
+    auto logits = cast(at::mm(h.narrow(0, 0, n), lm_head(m->view).t()), acc_dtype(*m));
     std::vector<RowSampling> rs(n);
     std::vector<double> u(n, 0.0), lps;
     std::vector<int64_t> toks;

@@ -265,9 +265,6 @@ static at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps)
   return w * (wide ? xf : xf.to(in));
 }
 
-// cast is t.to(dtype) without the dispatcher call when t has it already.
-static at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
-
 static at::Tensor inv_freq(const Model& m) {
   const auto& a = m.arch;
   const auto acc = acc_dtype(m);
@@ -299,12 +296,11 @@ static at::Tensor swap_halves(const at::Tensor& x) {
 // as transformers computes them per call, grown by doubling.
 static void rope_tables(Model& m, int64_t need) {
   if (m.rope_cos.defined() && m.rope_cos.size(0) >= need) return;
-  if (!m.rope_inv_freq.defined()) m.rope_inv_freq = inv_freq(m);
   int64_t n = 64;
   while (n < need) n *= 2;
   at::NoGradGuard ng;
   auto p = at::arange(n, at::TensorOptions().dtype(at::kLong).device(m.device)).to(acc_dtype(m));
-  auto f = p.unsqueeze(-1) * m.rope_inv_freq.view({1, -1});  // [n, hd/2]
+  auto f = p.unsqueeze(-1) * inv_freq(m).view({1, -1});  // [n, hd/2]
   m.rope_cos = cast(at::cat({f, f}, -1).cos(), m.dtype);
   auto sin = cast(f.sin(), m.dtype);
   m.rope_sin_rot = at::cat({-sin, sin}, -1);
@@ -420,9 +416,9 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   // Scale q (smaller than the scores) and add the precomputed mask bias.
   auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});
   auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk});
-  scores = scores.to(acc_dtype(*c.m));
+  scores = cast(scores, acc_dtype(*c.m));
   if (c.bias.defined()) scores = scores + c.bias;
-  auto probs = at::softmax(scores, -1).to(q.scalar_type()).view({B, nkv, g * L, Lk});
+  auto probs = cast(at::softmax(scores, -1), q.scalar_type()).view({B, nkv, g * L, Lk});
   auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
 #endif
   return linear(*c.m, c.w->o, out, c.lora_on);
@@ -532,11 +528,14 @@ at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& i
                    KVCache* cache, const volatile int32_t* cancel) {
   auto x = embed_tokens(w.embed, ids);
   const int64_t B = pos.size(0), L = pos.size(1), hd = m.arch.head_dim;
-  rope_tables(m, pos.numel() == 0 ? 1 : pos.max().item<int64_t>() + 1);
+  // Positions are below the keys' length: the cache's span, else the
+  // sequence's (0..L-1). Known from shapes, so no read of pos (a device sync
+  // on a GPU); a position past it fails in index_select.
+  const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
+  rope_tables(m, std::max<int64_t>(Lk, 1));
   auto rows = pos.reshape({-1});
   LayerCtx c{&m, nullptr, lora_on, m.rope_cos.index_select(0, rows).view({B, 1, L, hd}),
              m.rope_sin_rot.index_select(0, rows).view({B, 1, L, hd}), pos, cache, 0, {}, {}};
-  const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
   if (cache == nullptr || !cache->all_keys) {
     attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
                     acc_dtype(m));

@@ -57,8 +57,6 @@ struct KVCache {
 };
 
 struct Model {
-  // rope_inv_freq caches the rotary inverse frequencies (fixed per model).
-  at::Tensor rope_inv_freq;
   // rope_cos / rope_sin_rot [positions, head_dim] are the rotary tables of
   // positions 0.. (model.cpp's rope_tables), grown on demand.
   at::Tensor rope_cos, rope_sin_rot;
@@ -101,6 +99,7 @@ Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora
 void finalize(Model& m);
 // forward runs the decoder over ids [B, L] at positions [B, L]; with a cache
 // it writes keys/values at those positions and attends over the cache.
+// Positions are below the cache's length (without one: 0..L-1).
 // Returns the final-normed hidden states [B, L, H].
 at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
                    KVCache* cache, const volatile int32_t* cancel);
@@ -112,6 +111,9 @@ at::ScalarType acc_dtype(const Model& m);  // fp64 for fp64 models, else fp32
 // comes back as fresh pages the kernel must fault in and zero (measured:
 // 8.4 -> 5.6 CPU s per small100m step). The heap stays at the step's peak
 // instead of shrinking after it, so peak RSS is unchanged (within 1%).
+// cast is t.to(dtype) without the dispatcher call when t has it already.
+inline at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
+
 void keep_freed_cpu_memory();
 void check_cancel(const volatile int32_t* cancel);
 

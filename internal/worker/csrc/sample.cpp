@@ -70,7 +70,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   SerialScope serial(serial_decode(m, n));
   for (int64_t step = 0;; step++) {
     check_cancel(cancel);
-    auto logits = at::matmul(h, lm_head(m.view).t()).to(acc);  // [n, V], on the model's device
+    auto logits = cast(at::mm(h, lm_head(m.view).t()), acc);  // [n, V], on the model's device
     // Finished rows draw nothing, so every row's stream is its own.
     for (int32_t i = 0; i < n; i++) u[i] = done[i] || reqs[i].temperature == 0 ? 0.0 : row_uniform(gens[i]);
     sample_rows(logits, rs, u, &toks, &lps);
