@@ -151,9 +151,11 @@ def bench(args):
     seq = args.prompt + args.completion
     ids = torch.randint(0, V, (args.rows, seq), generator=g)
     P = args.prompt
-    times, cpu, fwd_bwd, fwd_bwd_cpu = [], [], [], []
+    import resource
+    times, cpu, fwd_bwd, fwd_bwd_cpu, sys_s, faults = [], [], [], [], [], []
     for step in range(args.steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         z = forward(cfg, w, ids)[:, P - 1:-1].float()
         lp = torch.log_softmax(z, -1).gather(2, ids[:, P:, None])[..., 0]
         loss = -(lp * torch.randn(args.rows, 1, generator=g)).mean()
@@ -166,11 +168,14 @@ def bench(args):
             cpu.append(time.process_time() - c0)
             fwd_bwd.append(t1 - t0)
             fwd_bwd_cpu.append(c1 - c0)
-    import resource
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            sys_s.append(ru1.ru_stime - ru0.ru_stime)
+            faults.append(ru1.ru_minflt - ru0.ru_minflt)
     tok = args.rows * seq * args.steps
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"train_tokens_per_s": tok / sum(times), "train_step_s": sum(times) / len(times), "train_step_cpu_s": sum(cpu) / len(cpu),
-                      "fwd_bwd_tokens_per_s": tok / sum(fwd_bwd), "fwd_bwd_cpu_s": sum(fwd_bwd_cpu) / len(fwd_bwd_cpu), "peak_rss_mib": rss}))
+                      "fwd_bwd_tokens_per_s": tok / sum(fwd_bwd), "fwd_bwd_cpu_s": sum(fwd_bwd_cpu) / len(fwd_bwd_cpu), "peak_rss_mib": rss,
+                      "train_step_sys_s": sum(sys_s) / len(sys_s), "train_step_minflt": sum(faults) / len(faults)}))
 
 
 def write_fixture(args):

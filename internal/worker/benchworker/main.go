@@ -59,6 +59,8 @@ type result struct {
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainStepSeconds  float64 `json:"train_step_s"`
 	TrainStepCPU      float64 `json:"train_step_cpu_s"`     // process CPU time per step: stable on a shared machine
+	TrainStepSys      float64 `json:"train_step_sys_s"`     // of which system time: page faults on fresh memory, mostly
+	TrainStepFaults   float64 `json:"train_step_minflt"`    // minor page faults per step
 	FwdBwdTokensPerS  float64 `json:"fwd_bwd_tokens_per_s"` // forward+backward only, without the optimizer step
 	FwdBwdCPU         float64 `json:"fwd_bwd_cpu_s"`        // process CPU time per forward+backward
 	SampleTokensPerS  float64 `json:"sample_tokens_per_s"`
@@ -166,9 +168,10 @@ func run(ctx context.Context, o options) error {
 	}
 	var elapsed, fwdBwd, allReduce time.Duration
 	var sync worker.GradSyncStats
-	var cpu, fbCPU float64
+	var cpu, fbCPU, sys, faults float64
 	for step := 0; step <= o.steps && !o.sampleOnly; step++ {
 		cpu0 := cpuSeconds()
+		sys0, faults0 := sysSecondsAndFaults()
 		start := time.Now()
 		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
 			return err
@@ -191,6 +194,9 @@ func run(ctx context.Context, o options) error {
 			fwdBwd += fb
 			allReduce += ar
 			cpu += cpuSeconds() - cpu0
+			sys1, faults1 := sysSecondsAndFaults()
+			sys += sys1 - sys0
+			faults += faults1 - faults0
 			fbCPU += cpu1 - cpu0
 		}
 	}
@@ -203,6 +209,8 @@ func run(ctx context.Context, o options) error {
 		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
 		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
 		res.TrainStepCPU = cpu / float64(o.steps)
+		res.TrainStepSys = sys / float64(o.steps)
+		res.TrainStepFaults = faults / float64(o.steps)
 		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
 		res.FwdBwdCPU = fbCPU / float64(o.steps)
 	}
@@ -352,4 +360,12 @@ func cpuSeconds() float64 {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// sysSecondsAndFaults is the process's system CPU time and its count of
+// minor page faults.
+func sysSecondsAndFaults() (float64, float64) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Stime.Sec) + float64(ru.Stime.Usec)/1e6, float64(ru.Minflt)
 }

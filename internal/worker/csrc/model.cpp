@@ -2,14 +2,11 @@
 // the reference copy. Mirrors transformers' modeling_llama / modeling_qwen3:
 // pre-norm blocks, RoPE (rotate_half), GQA, SwiGLU MLP, optional q/k RMSNorm.
 #include <ATen/CPUGeneratorImpl.h>
-#include <malloc.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,14 +16,6 @@ namespace ort {
 
 void check_cancel(const volatile int32_t* cancel) {
   if (cancel != nullptr && *cancel != 0) throw std::runtime_error("cancelled");
-}
-
-void keep_freed_cpu_memory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_MAX, 0);                // large blocks come from the heap, where free() keeps them
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);    // and the heap is not shrunk after each step
-  });
 }
 
 }  // namespace ort
