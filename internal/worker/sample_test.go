@@ -2,11 +2,16 @@ package worker
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,32 +71,49 @@ func TestSampleSeedReproduces(t *testing.T) {
 // TestSamplerLogprobsMatchTraining: KV-cache decoding of a batch with mixed
 // prompt lengths gives the same log-probs (fp32, 1e-5) as the training
 // forward over the full sequences, at the same temperature. (The tiny
-// model's decode steps take attention()'s broadcast path, training its bmm.)
+// model's decode steps take attention()'s broadcast path, training its bmm;
+// with Debian's libtorch the sampler's matmuls are oneDNN's sgemm, training's
+// OpenBLAS; the biased model covers matmul_nt's bias.)
 func TestSamplerLogprobsMatchTraining(t *testing.T) {
-	m := loadTiny(t, ModelOptions{})
-	ctx := context.Background()
-	const temp = 0.8
-	var reqs []SampleRequest
-	for i, p := range mixedPrompts() {
-		reqs = append(reqs, SampleRequest{PromptIDs: p, MaxNewTokens: 20, Temperature: temp, Seed: int64(i)})
+	biased, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	biased.Config.AttentionBias = true // q/k/v and o_proj biases
+	biasedDir := filepath.Join(t.TempDir(), "tiny-biased")
+	require.NoError(t, model.Init(biasedDir, biased, 3))
+	for _, tc := range []struct {
+		name string
+		dir  string
+	}{{"qwen3", ""}, {"attention_bias", biasedDir}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := loadTiny(t, ModelOptions{Dir: tc.dir})
+			if tc.dir == biasedDir {
+				randomizeBiases(t, m)
+			}
+			ctx := context.Background()
+			const temp = 0.8
+			var reqs []SampleRequest
+			for i, p := range mixedPrompts() {
+				reqs = append(reqs, SampleRequest{PromptIDs: p, MaxNewTokens: 20, Temperature: temp, Seed: int64(i)})
+			}
+			res, err := m.Sample(ctx, reqs)
+			require.NoError(t, err)
+			var rows []grpo.Row
+			for i, r := range res {
+				rows = append(rows, grpo.Row{Tokens: append(append([]int32{}, reqs[i].PromptIDs...), r.IDs...),
+					PromptLen: len(reqs[i].PromptIDs), LossMask: make([]uint8, len(r.IDs))})
+			}
+			lp, _, err := m.Logprobs(ctx, rows, temp, false)
+			require.NoError(t, err)
+			maxDiff := 0.0
+			for i := range res {
+				for j := range res[i].Logprobs {
+					maxDiff = math.Max(maxDiff, math.Abs(float64(res[i].Logprobs[j]-lp[i][j])))
+				}
+			}
+			t.Logf("max |sampler - training| log-prob = %.3g", maxDiff)
+			require.Less(t, maxDiff, 1e-5)
+		})
 	}
-	res, err := m.Sample(ctx, reqs)
-	require.NoError(t, err)
-	var rows []grpo.Row
-	for i, r := range res {
-		rows = append(rows, grpo.Row{Tokens: append(append([]int32{}, reqs[i].PromptIDs...), r.IDs...),
-			PromptLen: len(reqs[i].PromptIDs), LossMask: make([]uint8, len(r.IDs))})
-	}
-	lp, _, err := m.Logprobs(ctx, rows, temp, false)
-	require.NoError(t, err)
-	maxDiff := 0.0
-	for i := range res {
-		for j := range res[i].Logprobs {
-			maxDiff = math.Max(maxDiff, math.Abs(float64(res[i].Logprobs[j]-lp[i][j])))
-		}
-	}
-	t.Logf("max |sampler - training| log-prob = %.3g", maxDiff)
-	require.Less(t, maxDiff, 1e-5)
 }
 
 func TestSampleStopsAndFilters(t *testing.T) {
@@ -141,4 +163,27 @@ func TestSampleCancelledMidway(t *testing.T) {
 	_, err := m.Sample(ctx, reqs)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// randomizeBiases sets m's (float32) bias vectors, which model.Init leaves
+// at zero, to random values.
+func randomizeBiases(t *testing.T, m *Model) {
+	t.Helper()
+	infos, err := m.Tensors(KindWeight)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(9, 9))
+	n := 0
+	for _, info := range infos {
+		if !strings.HasSuffix(info.Name, ".bias") {
+			continue
+		}
+		require.Equal(t, model.F32, info.DType, info.Name)
+		data := make([]byte, 4*info.Shape[0])
+		for k := range int(info.Shape[0]) {
+			binary.LittleEndian.PutUint32(data[4*k:], math.Float32bits(float32(0.5*rng.NormFloat64())))
+		}
+		require.NoError(t, m.WriteTensor(KindWeight, model.Tensor{Name: info.Name, DType: info.DType, Shape: info.Shape, Data: data}))
+		n++
+	}
+	require.Positive(t, n, "no biases")
 }

@@ -216,6 +216,7 @@ struct Decoder {
   void add(const ort_sample_request* reqs, const char* const* keys, int32_t n, int64_t* ids,
            const volatile int32_t* cancel) {
     at::NoGradGuard ng;
+    DecodeGemmScope gemm(*m);
     m->training = false;
     check_weights();
     int64_t need = cap;
@@ -325,8 +326,9 @@ struct Decoder {
     check_cancel(cancel);
     at::NoGradGuard ng;
     SerialScope serial(serial_decode(*m, n));
+    DecodeGemmScope gemm(*m);
     m->training = false;
-    auto logits = cast(at::mm(h.narrow(0, 0, n), lm_head(m->view).t()), acc_dtype(*m));
+    auto logits = cast(matmul_nt(*m, h.narrow(0, 0, n), lm_head(m->view)), acc_dtype(*m));
     std::vector<RowSampling> rs(n);
     std::vector<double> u(n, 0.0), lps;
     std::vector<int64_t> toks;

@@ -87,6 +87,7 @@ struct Model {
   int64_t step = 0;
   at::Generator gen;  // LoRA init and dropout
   bool training = false;  // LoRA dropout on (set during forward_backward)
+  bool decode_gemm = false;  // matmul_nt may use oneDNN's sgemm (set by DecodeGemmScope)
   // weights_version changes whenever a weight the forward pass reads may
   // have changed (optimizer step, tensor write), so a decoder knows its
   // cached keys/values are stale.
@@ -138,6 +139,33 @@ class SerialScope {
  private:
   int saved_ = 0;
 };
+
+// DecodeGemmScope lets matmul_nt hand the model's CPU float32 matmuls to
+// oneDNN's sgemm, when this process's libtorch carries it (Debian's links
+// libdnnl), for its lifetime: the sampler's and the decoder's prefill and
+// decode steps. OpenBLAS, libtorch's mm on such builds, runs the [rows, H] x
+// [H, N]^T products of a decode step slowly: 16 rows of small100m's MLP at
+// 1.06-1.58x oneDNN's time, a single row at 3.5-6.7x (scripts/bench-sample).
+// Training never uses it: its forward and the log-probs it is compared with
+// keep one GEMM, so on-policy ratios stay exactly 1. The sampler's log-probs
+// differ from the training forward's by fp32 rounding (TestSamplerLogprobs
+// MatchTraining bounds it).
+class DecodeGemmScope {
+ public:
+  explicit DecodeGemmScope(Model& m) : m_(m), saved_(m.decode_gemm) { m.decode_gemm = true; }
+  ~DecodeGemmScope() { m_.decode_gemm = saved_; }
+  DecodeGemmScope(const DecodeGemmScope&) = delete;
+  DecodeGemmScope& operator=(const DecodeGemmScope&) = delete;
+
+ private:
+  Model& m_;
+  bool saved_;
+};
+
+// matmul_nt is x [M, K] times w [N, K] transposed, plus b [N] when defined:
+// by oneDNN under a DecodeGemmScope where it applies (CPU, float32,
+// contiguous, no autograd), else by at::mm / at::addmm.
+at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 // serial_decode says whether a decode step of rows rows is small enough for
 // SerialScope: its largest matmul (the vocab projection or the MLP) is under

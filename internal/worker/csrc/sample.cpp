@@ -33,6 +33,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   if (n <= 0) throw std::runtime_error("empty batch: no sample requests");
   for (int32_t i = 0; i < n; i++) validate(m, reqs[i], out[i], i);
   at::NoGradGuard ng;
+  DecodeGemmScope gemm(m);
   m.training = false;
   const auto& a = m.arch;
   int64_t P = 0, total = 0;
@@ -70,7 +71,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   SerialScope serial(serial_decode(m, n));
   for (int64_t step = 0;; step++) {
     check_cancel(cancel);
-    auto logits = cast(at::mm(h, lm_head(m.view).t()), acc);  // [n, V], on the model's device
+    auto logits = cast(matmul_nt(m, h, lm_head(m.view)), acc);  // [n, V], on the model's device
     // Finished rows draw nothing, so every row's stream is its own.
     for (int32_t i = 0; i < n; i++) u[i] = done[i] || reqs[i].temperature == 0 ? 0.0 : row_uniform(gens[i]);
     sample_rows(logits, rs, u, &toks, &lps);
