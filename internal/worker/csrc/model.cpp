@@ -420,6 +420,10 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
     v = cv;
   }
   const int64_t Lk = k.size(2), g = nh / nkv;
+  if (L == 1 && c.cache != nullptr && decode_attention_applies(q, k, v, c.bias)) {
+    auto out = decode_attention(q, k, v, c.bias, 1.0 / std::sqrt(static_cast<double>(hd)));
+    return linear(*c.m, c.w->o, out, c.lora_on);
+  }
 #if ORT_TORCH_AT_LEAST(2, 0)
   // Fused attention (flash / memory-efficient kernels on CUDA); GQA by
   // expanding k/v to the query heads.
@@ -434,8 +438,9 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
 #else
   const bool wide = q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble;
   if (L == 1 && c.cache != nullptr && wide && !at::GradMode::is_enabled() && B * nkv * g * Lk * hd <= kSmallDecodeAttention) {
-    // One decode query per row against a short cache: products and sums
-    // over broadcast views, two ops per product. CPU bmm runs one small
+    // One decode query per row against a short cache (float32 on CPU took
+    // decode_attention above): products and sums over broadcast views, two
+    // ops per product. CPU bmm runs one small
     // GEMM per (row, kv head), each several dispatcher calls: in the tiny
     // preset's 16-row decode those took 0.9 of a 1.2 ms step. (Not for
     // 16-bit weights: their products would round before the sum.)

@@ -167,6 +167,15 @@ class DecodeGemmScope {
 // contiguous, no autograd), else by at::mm / at::addmm.
 at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
+// decode_attention (decode_attention.cpp) attends one float32 query per row
+// on CPU: q [B, nh, 1, hd] against a KV cache k, v [B, nkv, Lk, hd] (GQA:
+// query head h reads kv head h / (nh / nkv)), with an optional additive mask
+// bias [B, 1, 1, 1, Lk]; returns [B, 1, nh * hd]. decode_attention_applies
+// says whether it takes these tensors (CPU, float32, no autograd, one query).
+bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias);
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                            double scale);
+
 // serial_decode says whether a decode step of rows rows is small enough for
 // SerialScope: its largest matmul (the vocab projection or the MLP) is under
 // a few million multiply-adds, so no op in it gains from a second thread.
