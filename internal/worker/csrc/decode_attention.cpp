@@ -16,15 +16,6 @@
 #include <immintrin.h>
 #endif
 
-// libgomp's, bound weakly as in SerialScope: libtorch's OpenMP runtime
-// supplies them; without it the heads run on the calling thread.
-extern "C" {
-void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) __attribute__((weak));
-int omp_get_thread_num(void) __attribute__((weak));
-int omp_get_num_threads(void) __attribute__((weak));
-int omp_get_max_threads(void) __attribute__((weak));
-}
-
 namespace ort {
 namespace {
 

@@ -20,17 +20,6 @@ void check_cancel(const volatile int32_t* cancel) {
   if (cancel != nullptr && *cancel != 0) throw std::runtime_error("cancelled");
 }
 
-}  // namespace ort
-
-// libgomp's, bound weakly: present when libtorch's OpenMP runtime is loaded
-// (libtorch_cpu needs it), null with a non-OpenMP libtorch.
-extern "C" {
-void omp_set_num_threads(int) __attribute__((weak));
-int omp_get_max_threads(void) __attribute__((weak));
-}
-
-namespace ort {
-
 SerialScope::SerialScope(bool on) {
   if (!on || omp_set_num_threads == nullptr || omp_get_max_threads == nullptr) return;
   const int n = omp_get_max_threads();

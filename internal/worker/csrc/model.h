@@ -120,6 +120,20 @@ inline at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.sca
 void keep_freed_cpu_memory();
 void check_cancel(const volatile int32_t* cancel);
 
+// libgomp's entry points, bound weakly: present when libtorch's OpenMP
+// runtime is loaded (Debian's and pip's libtorch_cpu need it), null with a
+// non-OpenMP libtorch, where SerialScope does nothing and decode_attention
+// runs on the calling thread. at::parallel_for cannot serve here: with
+// libtorch's OpenMP backend it is a header-inline `#pragma omp parallel`,
+// serial in code built without -fopenmp.
+extern "C" {
+void omp_set_num_threads(int) __attribute__((weak));
+int omp_get_max_threads(void) __attribute__((weak));
+int omp_get_thread_num(void) __attribute__((weak));
+int omp_get_num_threads(void) __attribute__((weak));
+void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) __attribute__((weak));
+}
+
 // SerialScope runs libtorch's CPU ops on the calling thread alone for its
 // lifetime when on (and libtorch uses OpenMP), then restores the team size.
 // A decode step of a small model is hundreds of ops on a few thousand
