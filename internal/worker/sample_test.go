@@ -71,7 +71,7 @@ func TestSampleSeedReproduces(t *testing.T) {
 // TestSamplerLogprobsMatchTraining: KV-cache decoding of a batch with mixed
 // prompt lengths gives the same log-probs (fp32, 1e-5) as the training
 // forward over the full sequences, at the same temperature. (The tiny
-// model's decode steps take attention()'s broadcast path, training its bmm;
+// model's decode steps take decode_attention, training attention()'s bmm;
 // with Debian's libtorch the sampler's matmuls are oneDNN's sgemm, training's
 // OpenBLAS; the biased model covers matmul_nt's bias.)
 func TestSamplerLogprobsMatchTraining(t *testing.T) {

@@ -381,10 +381,6 @@ static void attention_masks(LayerCtx& c, const at::Tensor& key_pos, at::ScalarTy
                .masked_fill(c.allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
 }
 
-// kSmallDecodeAttention bounds the [rows, kv heads, group, keys, head dim]
-// products of attention() decoding by broadcast (4 MiB of fp32).
-constexpr int64_t kSmallDecodeAttention = int64_t{1} << 20;
-
 static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   const auto& a = c.m->arch;
   const int64_t B = x.size(0), L = x.size(1), hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
@@ -425,21 +421,6 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
                  : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
   out = out.transpose(1, 2).reshape({B, L, nh * hd});
 #else
-  const bool wide = q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble;
-  if (L == 1 && c.cache != nullptr && wide && !at::GradMode::is_enabled() && B * nkv * g * Lk * hd <= kSmallDecodeAttention) {
-    // One decode query per row against a short cache (float32 on CPU took
-    // decode_attention above): products and sums over broadcast views, two
-    // ops per product. CPU bmm runs one small
-    // GEMM per (row, kv head), each several dispatcher calls: in the tiny
-    // preset's 16-row decode those took 0.9 of a 1.2 ms step. (Not for
-    // 16-bit weights: their products would round before the sum.)
-    auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g, 1, hd});
-    auto scores = cast((q4 * k.unsqueeze(2)).sum(-1).view({B, nkv, g, 1, Lk}), acc_dtype(*c.m));
-    if (c.bias.defined()) scores.add_(c.bias);
-    auto probs = cast(at::softmax(scores, -1), q.scalar_type()).view({B, nkv, g, Lk, 1});
-    auto out = (probs * v.unsqueeze(2)).sum(3).view({B, nh, 1, hd}).transpose(1, 2).reshape({B, 1, nh * hd});
-    return linear(*c.m, c.w->o, out, c.lora_on);
-  }
   // GQA without copying k/v: the g query heads of each kv head become rows.
   // Scale q (smaller than the scores) and add the precomputed mask bias.
   auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});

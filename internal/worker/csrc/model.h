@@ -185,7 +185,9 @@ at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, c
 // on CPU: q [B, nh, 1, hd] against a KV cache k, v [B, nkv, Lk, hd] (GQA:
 // query head h reads kv head h / (nh / nkv)), with an optional additive mask
 // bias [B, 1, 1, 1, Lk]; returns [B, 1, nh * hd]. decode_attention_applies
-// says whether it takes these tensors (CPU, float32, no autograd, one query).
+// says whether it takes these tensors (CPU, float32, no autograd, one
+// query); CUDA, float64 (tests) and 16-bit models take attention()'s general
+// path.
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
                             double scale);
