@@ -121,16 +121,30 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$cxxflags $libs" ]]; then
   echo "$cxxflags $libs" >"$stamp"
 fi
 
+# The stale translation units are listed first, so the progress lines can
+# count them.
 headers=("$src"/*.h)
-pids=()
+stale=()
 for cpp in "$src"/*.cpp; do
   obj=$out/obj/$(basename "${cpp%.cpp}").o
-  stale=0
-  [[ ! -f "$obj" || "$cpp" -nt "$obj" ]] && stale=1
-  for h in "${headers[@]}"; do [[ "$h" -nt "$obj" ]] && stale=1; done
-  [[ $stale == 0 ]] && continue
+  if [[ ! -f "$obj" || "$cpp" -nt "$obj" ]]; then
+    stale+=("$cpp")
+    continue
+  fi
+  for h in "${headers[@]}"; do
+    if [[ "$h" -nt "$obj" ]]; then
+      stale+=("$cpp")
+      break
+    fi
+  done
+done
+pids=()
+i=0
+for cpp in "${stale[@]}"; do
+  i=$((i + 1))
+  obj=$out/obj/$(basename "${cpp%.cpp}").o
   while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
-  echo "  compiling $(basename "$cpp")"
+  echo "  compiling $(basename "$cpp") ($i of ${#stale[@]})"
   # shellcheck disable=SC2086
   g++ $cxxflags -c "$cpp" -o "$obj.tmp" && mv "$obj.tmp" "$obj" &
   pids+=($!)

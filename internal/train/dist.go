@@ -132,9 +132,10 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 	if err != nil {
 		return nil, fmt.Errorf("rank %d of %d: join the process group at %s:%d (set by %s): %w", w.Rank, w.WorldSize, w.MasterAddr, w.MasterPort, w.Source, err)
 	}
-	bctx, cancel := context.WithTimeout(ctx, cfg.Worker.CollectiveTimeout)
-	defer cancel()
-	if err := g.BroadcastTrainable(bctx); err != nil {
+	// The group's own timeout bounds the broadcast: a second deadline of
+	// the same length here would race it (worker.ErrTimeout vs the
+	// context's error).
+	if err := g.BroadcastTrainable(ctx); err != nil {
 		_ = g.Close()
 		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
 	}

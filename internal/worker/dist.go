@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -35,12 +36,42 @@ type DistOptions struct {
 	// Rank is this process's index in [0, WorldSize).
 	Rank, WorldSize int
 	// Timeout bounds the rendezvous and every collective: a peer that stays
-	// away longer, or dies, makes the call fail instead of hang. 0 means
-	// DefaultDistTimeout.
+	// away longer makes the call fail with a *TimeoutError (ErrTimeout)
+	// instead of hang. 0 means DefaultDistTimeout.
 	Timeout time.Duration
 	// BucketBytes caps the bytes of one gradient all-reduce; 0 means
 	// DefaultBucketBytes.
 	BucketBytes int64
+}
+
+// ErrTimeout matches (errors.Is) every *TimeoutError.
+var ErrTimeout = errors.New("worker: process group timed out")
+
+// TimeoutError is a rendezvous (JoinGroup) or collective that did not end
+// within the group's timeout: a peer is stalled, never came, or is gone
+// without closing its connection. Which clock ran out (the group's deadline,
+// or the Gloo, NCCL or store timeout behind it) does not matter: all are
+// this error. A call stopped by its context returns the context's error
+// instead, which does not match ErrTimeout. After a collective's timeout the
+// group is broken.
+type TimeoutError struct {
+	Op      string        // the call: "all-reduce sum", "join process group at ..."
+	Timeout time.Duration // the group's timeout (DistOptions.Timeout)
+	Detail  string        // the worker's message
+}
+
+func (e *TimeoutError) Error() string { return e.Op + ": " + e.Detail }
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// groupErr is callErr for a process-group call with timeout.
+func groupErr(ctx context.Context, err error, timeout time.Duration) error {
+	err = callErr(ctx, err)
+	if te, ok := errors.AsType[*TimeoutError](err); ok {
+		te.Timeout = timeout
+	}
+	return err
 }
 
 // Group is a joined data-parallel process group (c10d: Gloo on CPU, NCCL on
@@ -88,7 +119,8 @@ func (o DistOptions) resolve() (DistOptions, error) {
 
 // JoinGroup joins the process group of o through its rendezvous, with the
 // backend of the model's device. It returns when all o.WorldSize ranks have
-// joined, or fails after o.Timeout or when ctx is done. Broadcast the
+// joined, or fails after o.Timeout (a *TimeoutError; a connect attempt under
+// way may overrun it by a few seconds) or when ctx is done. Broadcast the
 // trainable tensors next (BroadcastTrainable) unless every rank loaded the
 // same weights and LoRA initialisation.
 func (m *Model) JoinGroup(ctx context.Context, o DistOptions) (*Group, error) {
@@ -115,7 +147,7 @@ func (m *Model) JoinGroup(ctx context.Context, o DistOptions) (*Group, error) {
 	var h *C.ort_group
 	what := fmt.Sprintf("join process group at %s:%d as rank %d of %d", o.Addr, o.Port, o.Rank, o.WorldSize)
 	err = m.call(eb, what, func() C.int { return C.ort_call_group_join(m.api, m.h, &co, &h, cf.p, eb.p, errLen) })
-	if err := callErr(ctx, err); err != nil {
+	if err := groupErr(ctx, err, o.Timeout); err != nil {
 		return nil, err
 	}
 	g := &Group{m: m, h: h, opts: o}
@@ -155,6 +187,8 @@ func (g *Group) begin(ctx context.Context) (func(), error) {
 	return func() { unlock(); g.mu.Unlock() }, nil
 }
 
+func (g *Group) err(ctx context.Context, err error) error { return groupErr(ctx, err, g.opts.Timeout) }
+
 // BroadcastTrainable overwrites every rank's trainable tensors (all weights
 // with full fine-tuning; the LoRA adapters and modules_to_save copies with
 // LoRA) with rank 0's, so the ranks start identical even when their LoRA
@@ -173,7 +207,7 @@ func (g *Group) BroadcastTrainable(ctx context.Context) error {
 	err = g.m.call(eb, "broadcast trainable tensors", func() C.int {
 		return C.ort_call_group_broadcast_trainable(g.m.api, g.h, g.m.h, 0, cf.p, eb.p, errLen)
 	})
-	return callErr(ctx, err)
+	return g.err(ctx, err)
 }
 
 // AllReduceGrads averages the trainable tensors' accumulated gradients over
@@ -197,7 +231,7 @@ func (g *Group) AllReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	err = g.m.call(eb, "all-reduce gradients", func() C.int {
 		return C.ort_call_group_allreduce_grads(g.m.api, g.h, g.m.h, &bytes, &buckets, cf.p, eb.p, errLen)
 	})
-	if err := callErr(ctx, err); err != nil {
+	if err := g.err(ctx, err); err != nil {
 		return GradSyncStats{}, err
 	}
 	return GradSyncStats{Bytes: int64(bytes), Buckets: int(buckets)}, nil
@@ -245,7 +279,7 @@ func (g *Group) AllReduce(ctx context.Context, op Reduction, values []float64) (
 		return C.ort_call_group_allreduce_f64(g.m.api, g.h, C.int32_t(op), (*C.double)(unsafe.Pointer(unsafe.SliceData(out))),
 			C.size_t(len(out)), cf.p, eb.p, errLen)
 	})
-	if err := callErr(ctx, err); err != nil {
+	if err := g.err(ctx, err); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -280,7 +314,7 @@ func (g *Group) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
 		return C.ort_call_group_allgather(g.m.api, g.h, unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)), C.size_t(maxN),
 			unsafe.Pointer(unsafe.SliceData(out)), C.size_t(len(out)), cf.p, eb.p, errLen)
 	})
-	if err := callErr(ctx, err); err != nil {
+	if err := g.err(ctx, err); err != nil {
 		return nil, err
 	}
 	parts := make([][]byte, len(sizes))
@@ -290,9 +324,9 @@ func (g *Group) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
 	return parts, nil
 }
 
-// Close leaves the group: it waits for the backend's threads (at most the
-// timeout, when a collective is still pending after a failure) and frees
-// it. Later calls return ErrClosed. Close the group before its model's
+// Close leaves the group: it waits for the backend's threads (when a
+// collective is still pending after a failure, at most the backend's
+// timeout: the group's plus a margin of 2s to 1min) and frees it. Later calls return ErrClosed. Close the group before its model's
 // library.
 func (g *Group) Close() error {
 	g.mu.Lock()

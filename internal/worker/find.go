@@ -47,29 +47,50 @@ func FindLibrary(explicit string, getenv func(string) string) (path string, sear
 		}
 		return "", searched, fmt.Errorf("worker library %s (from %s) does not exist; run scripts/build-worker.sh or unset it", env, EnvLibrary)
 	}
-	var starts []string
+	var exeDir, wd string
 	if exe, err := os.Executable(); err == nil {
-		dir := filepath.Dir(exe)
-		if try(filepath.Join(dir, LibraryName)) {
-			return filepath.Join(dir, LibraryName), searched, nil
+		exeDir = filepath.Dir(exe)
+	}
+	if d, err := os.Getwd(); err == nil {
+		wd = d
+	}
+	for _, p := range candidates(exeDir, wd) {
+		if try(p) {
+			return p, searched, nil
 		}
-		starts = append(starts, dir)
 	}
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
+	return "", searched, &NotFoundError{Searched: searched}
+}
+
+// candidates lists where the library may sit, in search order and each
+// place once: next to the binary, then build/worker/ in the binary's
+// directory and its parents, then in the working directory and its parents
+// (the two walks usually share their upper directories). An empty start is
+// skipped.
+func candidates(exeDir, wd string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
 	}
-	for _, start := range starts {
-		for dir := start; ; dir = filepath.Dir(dir) {
-			p := filepath.Join(dir, "build", "worker", LibraryName)
-			if try(p) {
-				return p, searched, nil
-			}
+	if exeDir != "" {
+		add(filepath.Join(exeDir, LibraryName))
+	}
+	for _, start := range []string{exeDir, wd} {
+		if start == "" {
+			continue
+		}
+		for dir := filepath.Clean(start); ; dir = filepath.Dir(dir) {
+			add(filepath.Join(dir, "build", "worker", LibraryName))
 			if filepath.Dir(dir) == dir {
 				break
 			}
 		}
 	}
-	return "", searched, &NotFoundError{Searched: searched}
+	return out
 }
 
 // IsNotFound reports whether err says the library was not found.

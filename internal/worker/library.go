@@ -79,8 +79,11 @@ type errBuf struct{ p *C.char }
 func newErrBuf() errBuf { return errBuf{(*C.char)(C.calloc(errLen, 1))} }
 func (e errBuf) free()  { C.free(unsafe.Pointer(e.p)) }
 func (e errBuf) err(rc C.int, what string) error {
-	if rc == 0 {
+	switch rc {
+	case C.ORT_OK:
 		return nil
+	case C.ORT_ERR_TIMEOUT:
+		return &TimeoutError{Op: what, Detail: C.GoString(e.p)}
 	}
 	return fmt.Errorf("%s: %s", what, C.GoString(e.p))
 }

@@ -162,7 +162,9 @@ func TestSampleCancelledMidway(t *testing.T) {
 	}
 	_, err := m.Sample(ctx, reqs)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Less(t, time.Since(start), 5*time.Second)
+	// The whole run takes minutes; a loose bound still tells a per-step
+	// poll from a check at the end, on a busy machine too.
+	require.Less(t, time.Since(start), 30*time.Second)
 }
 
 // randomizeBiases sets m's (float32) bias vectors, which model.Init leaves

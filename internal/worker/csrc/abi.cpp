@@ -1,7 +1,8 @@
 // abi.cpp: the C entry points. Each one checks its arguments and caller
 // buffers and runs its body inside guard(), which turns every C++ exception
-// (c10::Error from TORCH_CHECK included) into an error string, so nothing
-// ever unwinds into Go. The model's state lives in state.cpp.
+// (c10::Error from TORCH_CHECK included) into an error string and a return
+// code (ORT_ERR_TIMEOUT for ort::TimeoutError), so nothing ever unwinds into
+// Go. The model's state lives in state.cpp.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -36,7 +37,10 @@ template <class F>
 int guard(char* err, size_t n, F&& f) {
   try {
     f();
-    return 0;
+    return ORT_OK;
+  } catch (const ort::TimeoutError& e) {
+    write_err(err, n, e.what());
+    return ORT_ERR_TIMEOUT;
   } catch (const c10::Error& e) {
     write_err(err, n, e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -44,7 +48,7 @@ int guard(char* err, size_t n, F&& f) {
   } catch (...) {
     write_err(err, n, "unknown C++ exception");
   }
-  return 1;
+  return ORT_ERR;
 }
 
 at::ScalarType scalar_type(int32_t d) {

@@ -11,10 +11,19 @@
 // collective comes next, so a later call fails at once instead of pairing
 // with the wrong peer operation.
 //
+// One clock owns each deadline: ours (await, join_group's check_wait). The
+// backend and the store get the group's timeout plus a margin
+// (backend_timeout), so theirs cannot win a race of two equal timers. When
+// theirs fires anyway (a poll delayed past both on a busy machine, a
+// blocking call such as the Gloo mesh connect), is_timeout classifies it,
+// so every timeout leaves as ort::TimeoutError whichever clock ran out.
+//
 // libtorch 1.13 and 2.x differ here in one way we touch: from 2.0 the
 // backends (ProcessGroupGloo, ProcessGroupNCCL) derive from c10d::Backend
 // rather than c10d::ProcessGroup. Their constructors, Options::create and
 // the collective calls used below are the same in both.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +72,35 @@ std::string what(const std::exception& e) {
 
 bool cancelled(const volatile int32_t* cancel) { return cancel != nullptr && *cancel != 0; }
 
+// backend_timeout is what Gloo, NCCL and the store are told for a group
+// timeout t: t plus a margin wide enough for a descheduled poll to wake.
+milliseconds backend_timeout(milliseconds t) {
+  return t + std::clamp(t / 2, milliseconds(2000), milliseconds(60000));
+}
+
+// is_timeout says whether a backend's or store's message reports a timeout.
+// By text, as the types differ across libtorch versions and Gloo's
+// IoException covers closed connections too. Seen: Gloo "Timed out waiting
+// Nms for recv operation to complete", "Connect timeout"; c10d store
+// "Socket Timeout", "Wait timeout", "wait timeout after Nms", "The client
+// socket has timed out"; NCCL's watchdog "... before timing out".
+bool is_timeout(const std::string& msg) {
+  std::string m(msg);
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* w : {"timed out", "timeout", "timing out", "deadline exceeded"}) {
+    if (m.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// rethrow turns a backend's or store's exception into ours, prefixed by
+// where, keeping whether it was a timeout.
+[[noreturn]] void rethrow(const std::string& where, const std::exception& e) {
+  const auto msg = where + ": " + what(e);
+  if (is_timeout(msg)) throw TimeoutError(msg);
+  throw std::runtime_error(msg);
+}
+
 }  // namespace
 
 struct Group {
@@ -81,9 +119,16 @@ struct Group {
 namespace {
 
 // fail breaks the group; op names the step ("" when the call does one).
-[[noreturn]] void fail(Group& g, const std::string& op, const std::string& msg) {
+[[noreturn]] void fail(Group& g, const std::string& op, const std::string& msg, bool timeout = false) {
   g.broken = op.empty() ? msg : op + ": " + msg;
+  if (timeout) throw TimeoutError(g.broken);
   throw std::runtime_error(g.broken);
+}
+
+// fail_backend breaks the group with the backend's error e.
+[[noreturn]] void fail_backend(Group& g, const std::string& op, const std::exception& e) {
+  const auto msg = what(e);
+  fail(g, op, msg, is_timeout(msg));
 }
 
 void check_usable(const Group& g) {
@@ -102,7 +147,7 @@ void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string&
   while (!w->isCompleted()) {
     if (cancelled(cancel)) fail(g, op, "cancelled");
     if (Clock::now() >= deadline) {
-      fail(g, op, "timed out after " + std::to_string(g.timeout.count()) + " ms (a peer is stalled or gone)");
+      fail(g, op, "timed out after " + std::to_string(g.timeout.count()) + " ms (a peer is stalled or gone)", true);
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -110,7 +155,7 @@ void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string&
   try {
     w->wait();
   } catch (const std::exception& e) {
-    fail(g, op, what(e));
+    fail_backend(g, op, e);
   }
 }
 
@@ -119,11 +164,11 @@ c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const st
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = red;
-  o.timeout = g.timeout;
+  o.timeout = backend_timeout(g.timeout);
   try {
     return g.pg->allreduce(v, o);
   } catch (const std::exception& e) {
-    fail(g, op, what(e));
+    fail_backend(g, op, e);
   }
 }
 
@@ -198,6 +243,44 @@ void check_model(const Group& g, const Model& m) {
   }
 }
 
+// check_backend fails before the rendezvous when this build lacks the
+// device's backend.
+void check_backend(const at::Device& device) {
+#ifndef USE_C10D_NCCL
+  if (device.is_cuda()) {
+    throw std::runtime_error("join process group: this worker was built without NCCL (needs a CUDA libtorch with "
+                             "ProcessGroupNCCL; rebuild with scripts/build-worker.sh against one)");
+  }
+#endif
+#ifndef USE_C10D_GLOO
+  if (!device.is_cuda()) {
+    throw std::runtime_error("join process group: this worker was built without Gloo (c10d ProcessGroupGloo, and "
+                             "gloo headers: libgloo-dev on Debian); rebuild with scripts/build-worker.sh");
+  }
+#endif
+}
+
+// make_backend builds g's process group over its store (check_backend
+// has passed).
+void make_backend(Group& g, const std::string& addr, const ort_group_options& o) {
+  if (g.device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = backend_timeout(g.timeout);
+    g.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(g.store, o.rank, o.world_size, opts);
+    g.backend = "nccl";
+#endif
+  } else {
+#ifdef USE_C10D_GLOO
+    auto opts = c10d::ProcessGroupGloo::Options::create(backend_timeout(g.timeout));
+    opts->devices.push_back(gloo_device(addr));
+    g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g.store, o.rank, o.world_size, opts);
+    g.backend = "gloo";
+#endif
+  }
+  if (!g.pg) throw std::runtime_error("no c10d backend for " + g.device.str());
+}
+
 }  // namespace
 
 std::vector<std::string> compiled_backends() {
@@ -222,6 +305,7 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
                              std::to_string(o.world_size) + ")");
   }
   if (o.timeout_ms <= 0) throw std::runtime_error("join process group: timeout must be > 0");
+  check_backend(device);
   auto g = std::make_unique<Group>();
   g->device = device;
   g->rank = o.rank;
@@ -233,14 +317,16 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
   auto check_wait = [&](const std::string& state) {
     if (cancelled(cancel)) throw std::runtime_error("join process group at " + where + ": cancelled (" + state + ")");
     if (Clock::now() >= deadline) {
-      throw std::runtime_error("join process group at " + where + ": timed out after " +
-                               std::to_string(g->timeout.count()) + " ms (" + state + ")");
+      throw TimeoutError("join process group at " + where + ": timed out after " + std::to_string(g->timeout.count()) +
+                         " ms (" + state + ")");
     }
   };
 
   // Rendezvous: rank 0 serves the store. The others connect in one-second
   // attempts, so cancel is seen while the master is not up yet (c10d's
-  // socket timeouts count whole seconds: less than one fails at once).
+  // socket timeouts count whole seconds: less than one fails at once). An
+  // attempt under way when the deadline passes runs to its end (libtorch 2.x
+  // retries inside one for a few seconds), so a join can overrun by that.
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(o.master_port);
   so.isServer = o.rank == 0;
@@ -258,34 +344,32 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
       std::this_thread::sleep_for(milliseconds(250));
     }
   }
-  g->store->setTimeout(g->timeout);
   const std::string key = "ortrain/joined";
-  g->store->add(key, 1);
-  for (int64_t n; (n = g->store->add(key, 0)) < o.world_size;) {
+  int64_t n = 0;
+  try {
+    g->store->setTimeout(backend_timeout(g->timeout));
+    n = g->store->add(key, 1);
+  } catch (const std::exception& e) {
+    rethrow("join process group at " + where + ": rendezvous", e);
+  }
+  while (n < o.world_size) {
     check_wait(std::to_string(n) + " of " + std::to_string(o.world_size) + " ranks joined");
     std::this_thread::sleep_for(milliseconds(10));
+    try {
+      n = g->store->add(key, 0);
+    } catch (const std::exception& e) {
+      rethrow("join process group at " + where + ": rendezvous (" + std::to_string(n) + " of " +
+                  std::to_string(o.world_size) + " ranks joined)",
+              e);
+    }
   }
 
-  if (device.is_cuda()) {
-#ifdef USE_C10D_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = g->timeout;
-    g->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(g->store, o.rank, o.world_size, opts);
-    g->backend = "nccl";
-#else
-    throw std::runtime_error("join process group: this worker was built without NCCL (needs a CUDA libtorch with "
-                             "ProcessGroupNCCL; rebuild with scripts/build-worker.sh against one)");
-#endif
-  } else {
-#ifdef USE_C10D_GLOO
-    auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
-    opts->devices.push_back(gloo_device(addr));
-    g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, o.rank, o.world_size, opts);
-    g->backend = "gloo";
-#else
-    throw std::runtime_error("join process group: this worker was built without Gloo (c10d ProcessGroupGloo, and "
-                             "gloo headers: libgloo-dev on Debian); rebuild with scripts/build-worker.sh");
-#endif
+  // The backend connects every pair of ranks through the store; that call
+  // blocks (no cancel) for at most backend_timeout.
+  try {
+    make_backend(*g, addr, o);
+  } catch (const std::exception& e) {
+    rethrow("join process group at " + where + ": connect the " + (device.is_cuda() ? "nccl" : "gloo") + " backend", e);
   }
   return g.release();
 }
@@ -307,11 +391,11 @@ void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_
     std::vector<at::Tensor> v{b.flat};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    o.timeout = g.timeout;
+    o.timeout = backend_timeout(g.timeout);
     try {
       b.work = g.pg->broadcast(v, o);
     } catch (const std::exception& e) {
-      fail(g, bucket_name(b, buckets.size()), what(e));
+      fail_backend(g, bucket_name(b, buckets.size()), e);
     }
   }
   for (auto& b : buckets) {
@@ -392,12 +476,12 @@ void allgather_bytes(Group& g, const void* data, size_t n, size_t max_n, void* o
   std::vector<std::vector<at::Tensor>> outs(1);
   for (int r = 0; r < g.size; r++) outs[0].push_back(at::empty({static_cast<int64_t>(max_n)}, bytes.device(g.device)));
   c10d::AllgatherOptions o;
-  o.timeout = g.timeout;
+  o.timeout = backend_timeout(g.timeout);
   c10::intrusive_ptr<c10d::Work> w;
   try {
     w = g.pg->allgather(outs, in, o);
   } catch (const std::exception& e) {
-    fail(g, "all-gather", what(e));
+    fail_backend(g, "all-gather", e);
   }
   await(g, w, "all-gather", cancel);
   for (int r = 0; r < g.size; r++) {

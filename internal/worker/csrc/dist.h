@@ -2,6 +2,7 @@
 // entry points in abi.cpp wrap these.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,12 @@
 namespace ort {
 
 struct Group;  // a joined process group (dist.cpp)
+
+// TimeoutError is a join or collective that ran past the group's timeout;
+// guard() (abi.cpp) returns it as ORT_ERR_TIMEOUT.
+struct TimeoutError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // compiled_backends names the c10d backends this build can join ("gloo", "nccl").
 std::vector<std::string> compiled_backends();

@@ -1,11 +1,11 @@
 /* worker_abi.h: the C ABI of ortrain's libtorch worker.
  *
  * Rules: opaque handle, plain structs, no C++ types. Every function that can
- * fail returns 0 on success and nonzero on failure, writing a NUL-terminated
- * message into the caller's err buffer; no C++ exception or TORCH_CHECK ever
- * crosses this boundary. Every buffer the library writes into comes with its
- * capacity, and a call whose output does not fit fails with a message instead
- * of writing past it. The codes below are the one definition of each numeric
+ * fail returns ORT_OK (0) on success and a nonzero ORT_ERR_* code on failure,
+ * writing a NUL-terminated message into the caller's err buffer; no C++
+ * exception or TORCH_CHECK ever crosses this boundary. Every buffer the
+ * library writes into comes with its capacity, and a call whose output does
+ * not fit fails with a message instead of writing past it. The codes below are the one definition of each numeric
  * vocabulary; the Go side checks its constants against them at compile time.
  * Bump ORT_ABI_VERSION on any change to this file; the Go loader refuses a
  * library whose ort_abi_version() differs.
@@ -20,7 +20,12 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 4
+#define ORT_ABI_VERSION 5
+
+/* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
+ * ran past the group's timeout (ortrain's own deadline, or a backend or
+ * store timeout that fired first); callers may wait longer or give up. */
+enum { ORT_OK = 0, ORT_ERR = 1, ORT_ERR_TIMEOUT = 2 };
 
 /* Element types; values cross the ABI. */
 enum { ORT_F32 = 0, ORT_BF16 = 1, ORT_F16 = 2, ORT_F64 = 3, ORT_I64 = 4 };
@@ -270,7 +275,8 @@ int ort_decoder_get_stats(ort_decoder *d, ort_decoder_stats *stats, char *err, s
 
 /* Data-parallel training on c10d. Every rank calls the same collectives in
  * the same order. A collective that fails, times out or is cancelled leaves
- * the group broken: later calls fail at once; free it and join anew. */
+ * the group broken: later calls fail at once; free it and join anew. A join
+ * or collective that runs past timeout_ms returns ORT_ERR_TIMEOUT. */
 typedef struct {
   const char *master_addr; /* rank 0 serves the TCPStore rendezvous here */
   int32_t master_port;
