@@ -163,9 +163,11 @@ func buildSections(t *metricsTable) []section {
 		c := chart{ID: "outcomes", Title: "Rollout outcomes per step", YLabel: "rollouts", Kind: chartStacked}
 		for _, k := range keys {
 			s, _ := b.line(strings.TrimPrefix(k, "rollouts/"), k, "")
-			c.Series = append(c.Series, s)
+			c.Series = appendLayer(c.Series, s)
 		}
-		outcomes = append(outcomes, c)
+		if len(c.Series) > 0 {
+			outcomes = append(outcomes, c)
+		}
 	}
 	outcomes = appendChart(outcomes, b.lines("tools", "Tool calls", "per rollout / count", b.withPrefix("tools/")...))
 	secs = append(secs, section{Title: "Rollouts", Charts: outcomes})
@@ -200,12 +202,14 @@ func buildSections(t *metricsTable) []section {
 		c := chart{ID: "time", Title: "Time per step by phase", YLabel: "seconds", Kind: chartStacked}
 		for _, k := range stacked {
 			s, _ := b.line(strings.TrimPrefix(k, "time/"), k, "")
-			c.Series = append(c.Series, s)
+			c.Series = appendLayer(c.Series, s)
 		}
 		if st, ok := b.line("step_time", "step_time", ""); ok {
-			c.Series = append(c.Series, otherTime(st, c.Series))
+			c.Series = appendLayer(c.Series, otherTime(st, c.Series))
 		}
-		timing = append(timing, c)
+		if len(c.Series) > 0 {
+			timing = append(timing, c)
+		}
 	}
 	timing = appendChart(timing, b.lines("time-inside", "Inside the rollout phase", "seconds", inside...))
 	secs = append(secs, section{Title: "Time", Note: "Stacked phases add up to step_time; \"other\" is the rest of the step. Generation and env time are measured inside the rollout phase and drawn separately.", Charts: timing})
@@ -237,6 +241,19 @@ func buildSections(t *metricsTable) []section {
 		}
 	}
 	return out
+}
+
+// appendLayer adds s to a stacked chart's layers unless it is zero at
+// every step: the trainer logs every outcome class, 0 included, and a
+// layer that draws nothing (bars draw positive values only) would only
+// crowd the legend.
+func appendLayer(layers []series, s series) []series {
+	for _, y := range s.Y {
+		if y > 0 {
+			return append(layers, s)
+		}
+	}
+	return layers
 }
 
 // otherTime is step_time minus the stacked phases at each step (never

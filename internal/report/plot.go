@@ -19,15 +19,17 @@ import (
 const (
 	plotWidth  = 7.5 * vg.Inch
 	plotHeight = 3.2 * vg.Inch
-	maxPoints  = 400 // per line; longer series are averaged in buckets
-	maxBars    = 120 // per stacked chart
-	markerMax  = 60  // draw point markers only on short series
+	maxPoints  = 400  // per line; longer series are averaged in buckets
+	maxBars    = 120  // per stacked chart
+	markerMax  = 60   // draw point markers only on short series
+	headroom   = 0.06 // of the y range, left free above the data
 )
 
 // renderSVG draws c as an SVG document (without the XML prolog, ready to
 // inline into HTML). gonum's SVG backend escapes all text.
 func renderSVG(c chart) ([]byte, error) {
 	p := plot.New()
+	useSlackText(p)
 	p.Title.Text = c.Title
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = c.YLabel
@@ -56,6 +58,10 @@ func renderSVG(c chart) ([]byte, error) {
 			pad = 1
 		}
 		p.Y.Min, p.Y.Max = p.Y.Min-pad, p.Y.Max+pad
+	} else {
+		// Headroom: gonum ends the axis at the data's maximum, which put
+		// the tallest bar and the highest line flush against the title.
+		p.Y.Max += headroom * (p.Y.Max - p.Y.Min)
 	}
 	wt, err := p.WriterTo(plotWidth, plotHeight, "svg")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -74,6 +75,7 @@ type pageData struct {
 	Generated    string
 	Refresh      int
 	Manifest     *manifest
+	Summary      string // one line: steps, time, reward, rollouts
 	Steps        int
 	FirstStep    float64
 	LastStep     float64
@@ -116,6 +118,7 @@ func Generate(ctx context.Context, runDir string, w io.Writer, opts Options) err
 	data := pageData{
 		RunDir: runDir, Generated: opts.Now().UTC().Format(time.RFC3339), Refresh: opts.RefreshSeconds,
 		Manifest: m, Steps: len(metrics.steps), Trajectories: trajs, Evals: evals,
+		Summary: runSummary(metrics, trajs),
 	}
 	if n := len(metrics.steps); n > 0 {
 		data.FirstStep, data.LastStep = metrics.steps[0], metrics.steps[n-1]
@@ -198,7 +201,7 @@ func evalChart(evals []evalRun) *chart {
 		x := float64(*e.CheckpointStep)
 		add("mean_reward", x, e.MeanReward)
 		for _, k := range sortedKeys(e.PassAtK) {
-			add("pass@"+k, x, e.PassAtK[k])
+			add(passLabel(k), x, e.PassAtK[k])
 		}
 	}
 	for _, name := range order {
@@ -222,6 +225,7 @@ func templateFuncs(maxRunes int) template.FuncMap {
 		},
 		"args":    func(c toolCall) string { return clipText(prettyJSON(c.Arguments), maxRunes) },
 		"keys":    sortedKeys,
+		"passAt":  passLabel,
 		"envMean": func(e evalRun) map[string]float64 { return e.envMeans() },
 		"add":     func(a, b int) int { return a + b },
 		"dict": func(kv ...any) (map[string]any, error) {
@@ -254,15 +258,25 @@ func formatNumber(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
+// passLabel names a pass_at_k key: train.EvalResult's keys are already
+// "pass@4", a bare "4" gets the prefix.
+func passLabel(k string) string {
+	if strings.HasPrefix(k, "pass@") {
+		return k
+	}
+	return "pass@" + k
+}
+
 func sortedKeys(m map[string]float64) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	// pass@k keys sort by k as a number ("2" < "10"), others as strings.
+	// pass@k keys sort by k as a number ("pass@2" < "pass@10"), others as
+	// strings.
 	sort.Slice(out, func(i, j int) bool {
-		a, errA := strconv.Atoi(out[i])
-		b, errB := strconv.Atoi(out[j])
+		a, errA := strconv.Atoi(strings.TrimPrefix(out[i], "pass@"))
+		b, errB := strconv.Atoi(strings.TrimPrefix(out[j], "pass@"))
 		if errA == nil && errB == nil {
 			return a < b
 		}

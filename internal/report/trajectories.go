@@ -86,6 +86,7 @@ type trajectorySample struct {
 	Steps     []*stepSample
 	Skipped   int // lines that did not decode
 	TotalRuns int
+	Outcomes  map[string]int // rollouts per outcome, over every line
 }
 
 func readTrajectories(ctx context.Context, dir string, m *manifest, maxSteps, maxGroups int) (*trajectorySample, error) {
@@ -99,9 +100,11 @@ func readTrajectories(ctx context.Context, dir string, m *manifest, maxSteps, ma
 	}
 	defer f.Close()
 
-	// First pass: which steps exist (decoding only the step field).
+	// First pass: which steps exist. stepOnly decodes only the step and
+	// the outcome (counted in the second pass), not the conversation.
 	var stepOnly struct {
-		Step int `json:"step"`
+		Step    int    `json:"step"`
+		Outcome string `json:"outcome"`
 	}
 	seen := map[int]bool{}
 	if _, err := eachLine(ctx, f, maxLineBytes, func(line []byte) {
@@ -118,7 +121,7 @@ func readTrajectories(ctx context.Context, dir string, m *manifest, maxSteps, ma
 	}
 	sort.Ints(all)
 	chosen := map[int]*stepSample{}
-	out := &trajectorySample{}
+	out := &trajectorySample{Outcomes: map[string]int{}}
 	for _, s := range spread(all, maxSteps) {
 		ss := &stepSample{Step: s}
 		chosen[s] = ss
@@ -132,11 +135,12 @@ func readTrajectories(ctx context.Context, dir string, m *manifest, maxSteps, ma
 	groups := map[int]map[string]*group{}
 	tooLong, err := eachLine(ctx, f, maxLineBytes, func(line []byte) {
 		out.TotalRuns++
-		stepOnly.Step = 0
+		stepOnly.Step, stepOnly.Outcome = 0, ""
 		if json.Unmarshal(line, &stepOnly) != nil {
 			out.Skipped++
 			return
 		}
+		out.Outcomes[stepOnly.Outcome]++
 		ss := chosen[stepOnly.Step]
 		if ss == nil {
 			return
