@@ -84,9 +84,15 @@ type EnvConfig struct {
 	// Chat overrides the top-level chat settings that depend on the env;
 	// what it leaves unset is inherited (see Config.EnvChat).
 	Chat EnvChatConfig `mapstructure:"chat"`
-	// Protocol is ors, openenv or auto (probe the URL); empty: a builtin's
-	// own protocol, ORS for URLs and catalog names.
+	// Protocol pins the env's protocol: ors or openenv. Empty (or auto)
+	// detects a URL's protocol by probing it; a builtin speaks its own, a
+	// catalog name ORS.
 	Protocol string `mapstructure:"protocol"`
+	// TokenEnv names the environment variable holding a bearer token for
+	// an OpenEnv server that wants one (a private HF Space, a secured
+	// server); empty means HF_TOKEN for *.hf.space hosts. The token itself
+	// never goes in the config.
+	TokenEnv string `mapstructure:"token_env"`
 	// Tasks is a JSONL file of OpenEnv tasks: one {"prompt", "reset",
 	// optional "split"} per line. Without it an OpenEnv env's task i is an
 	// episode reset with seed i (num_tasks of them).

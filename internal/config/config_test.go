@@ -162,9 +162,9 @@ func TestValidationErrors(t *testing.T) {
 		{"tool latency negative", func(c *Config) {
 			c.Envs = []EnvConfig{{Target: "builtin:letters", Split: "train", Weight: 1, ToolLatency: -time.Second}}
 		}, "envs[0].tool_latency"},
-		{"tool latency on a URL", func(c *Config) {
-			c.Envs = []EnvConfig{{Target: "http://127.0.0.1:8080", Split: "train", Weight: 1, ToolLatency: time.Second}}
-		}, "envs[0].tool_latency"},
+		{"token_env not a variable name", func(c *Config) {
+			c.Envs = []EnvConfig{{Target: "https://o-e.hf.space", Split: "train", Weight: 1, TokenEnv: "hf_abc-123"}}
+		}, "envs[0].token_env"},
 		{"modules to save twice", func(c *Config) {
 			c.GRPO.LoRA.Enabled, c.GRPO.LoRA.ModulesToSave = true, []string{"norm", "norm"}
 		}, "grpo.lora.modules_to_save[1]"},

@@ -47,6 +47,7 @@ func oneOf(field, value string, allowed ...string) error {
 var (
 	deviceRE  = regexp.MustCompile(`^(cpu|cuda|cuda:[0-9]+)$`)
 	envNameRE = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
+	envVarRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // SaveableModules lists the values grpo.lora.modules_to_save accepts: the
@@ -102,11 +103,13 @@ func (c *Config) validateEnvs() error {
 		case !(e.Weight > 0) || math.IsInf(e.Weight, 0):
 			return bad(f("weight"), e.Weight, "a positive finite number")
 		case e.Protocol != "" && e.Protocol != "ors" && e.Protocol != "openenv" && e.Protocol != "auto":
-			return bad(f("protocol"), e.Protocol, "ors, openenv or auto (empty: a builtin's own protocol, else ors)")
+			return bad(f("protocol"), e.Protocol, "ors, openenv or auto (empty: detect it)")
+		case e.TokenEnv != "" && (!envVarRE.MatchString(e.TokenEnv) || looksLikeHFToken(e.TokenEnv)):
+			// The value is not shown: it may be the token itself.
+			return bad(f("token_env"), Redacted, "the name of an environment variable such as HF_TOKEN (letters, digits and '_', not starting with a digit) that holds the token, never the token itself")
 		case e.ToolLatency < 0:
+			// Which targets may be slowed down is the resolver's to say.
 			return bad(f("tool_latency"), e.ToolLatency, "0 (none) or a positive duration such as 300ms")
-		case e.ToolLatency > 0 && !strings.HasPrefix(e.Target, "builtin:"):
-			return bad(f("tool_latency"), e.ToolLatency, "0 unless the target is builtin:NAME (only the built-in envs can be slowed down)")
 		case e.Tasks != "" && e.Protocol == "ors":
 			return bad(f("tasks"), e.Tasks, "a tasks file only for OpenEnv envs (ORS envs list their own tasks); set protocol: openenv")
 		}
@@ -395,6 +398,10 @@ func (g *GRPOConfig) LossConfig() (grpo.LossConfig, error) {
 	}
 	return lc, nil
 }
+
+// looksLikeHFToken: a Hugging Face token (hf_ and some 34 letters and
+// digits), where a variable's name belongs.
+func looksLikeHFToken(s string) bool { return strings.HasPrefix(s, "hf_") && len(s) > 20 }
 
 // bindHost: a host name or an IP address, without scheme or port.
 func bindHost(h string) bool {

@@ -77,16 +77,12 @@ func (g *guessGame) Reset(_ context.Context, kw map[string]json.RawMessage) (ope
 	} else {
 		target = rand.IntN(100) + 1
 	}
-	var episodeID *string
-	if raw, ok := kw["episode_id"]; ok && string(raw) != "null" {
-		var id string
-		if json.Unmarshal(raw, &id) != nil {
-			return openenvserver.Observation{}, errors.New("episode_id must be a string")
-		}
-		episodeID = &id
+	episodeID, err := openenvserver.EpisodeID(kw)
+	if err != nil {
+		return openenvserver.Observation{}, err
 	}
 	*g = guessGame{started: true, target: target,
-		state: guessState{EpisodeID: episodeID, MaxGuesses: maxGuesses, Guesses: []int{}}}
+		state: guessState{EpisodeID: &episodeID, MaxGuesses: maxGuesses, Guesses: []int{}}}
 	return openenvserver.Observation{
 		Fields: guessObservation{Hint: "start", GuessesLeft: maxGuesses, Message: "Guess a number between 1 and 100."},
 		Reward: openenvserver.Reward(0),

@@ -33,14 +33,11 @@ type echoState struct {
 }
 
 func (e *mcpEcho) Reset(_ context.Context, kw map[string]json.RawMessage) (openenvserver.Observation, error) {
-	e.episodeID, e.steps = nil, 0
-	if raw, ok := kw["episode_id"]; ok && string(raw) != "null" {
-		var id string
-		if json.Unmarshal(raw, &id) != nil {
-			return openenvserver.Observation{}, fmt.Errorf("episode_id must be a string")
-		}
-		e.episodeID = &id
+	id, err := openenvserver.EpisodeID(kw)
+	if err != nil {
+		return openenvserver.Observation{}, err
 	}
+	e.episodeID, e.steps = &id, 0
 	return openenvserver.Observation{Reward: openenvserver.Reward(0)}, nil
 }
 

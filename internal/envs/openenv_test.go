@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +27,23 @@ func kw(t *testing.T, v map[string]any) map[string]json.RawMessage {
 		out[k] = b
 	}
 	return out
+}
+
+var uuid4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// assertState compares a state with want, in which "episode_id":"<fresh>"
+// stands for a fresh uuid4; it returns the state's episode id.
+func assertState(t *testing.T, want string, got json.RawMessage, msg ...any) string {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(got, &m))
+	id, _ := m["episode_id"].(string)
+	if strings.Contains(want, `"<fresh>"`) {
+		assert.Regexp(t, uuid4, id, "reset without an episode_id assigns a fresh uuid4")
+		want = strings.Replace(want, `"<fresh>"`, strconv.Quote(id), 1)
+	}
+	assert.JSONEq(t, want, string(got), msg...)
+	return id
 }
 
 func newGuess(t *testing.T) openenvserver.GymInstance {
@@ -69,10 +89,10 @@ func TestGuessGame(t *testing.T) {
 		{"out of guesses", map[string]any{"target": 7, "max_guesses": 2}, []move{
 			{1, "higher", "Go higher.", 1, 0, false},
 			{100, "lower", "Go lower. Out of guesses; the number was 7.", 0, 0, true},
-		}, `{"episode_id":null,"step_count":2,"max_guesses":2,"guesses":[1,100],"solved":false}`},
+		}, `{"episode_id":"<fresh>","step_count":2,"max_guesses":2,"guesses":[1,100],"solved":false}`},
 		{"right on the last guess", map[string]any{"target": 1, "max_guesses": 1}, []move{
 			{1, "correct", "You got it!", 0, 1, true},
-		}, `{"episode_id":null,"step_count":1,"max_guesses":1,"guesses":[1],"solved":true}`},
+		}, `{"episode_id":"<fresh>","step_count":1,"max_guesses":1,"guesses":[1],"solved":true}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,12 +119,13 @@ func TestGuessGame(t *testing.T) {
 			require.EqualError(t, err, "episode is over; call reset")
 			st, err := g.State(ctx)
 			require.NoError(t, err)
-			assert.JSONEq(t, tt.state, string(st), "the state never holds the target")
-			// Reset starts over.
+			first := assertState(t, tt.state, st, "the state never holds the target")
+			// Reset starts over, as a new episode.
 			_, err = g.Reset(ctx, kw(t, map[string]any{"target": 3}))
 			require.NoError(t, err)
 			st, _ = g.State(ctx)
-			assert.JSONEq(t, `{"episode_id":null,"step_count":0,"max_guesses":6,"guesses":[],"solved":false}`, string(st))
+			again := assertState(t, `{"episode_id":"<fresh>","step_count":0,"max_guesses":6,"guesses":[],"solved":false}`, st)
+			assert.NotEqual(t, first, again)
 		})
 	}
 }
@@ -203,7 +224,7 @@ func TestGuessOverTheWire(t *testing.T) {
 	assert.True(t, r.Done)
 	st, err := s.State(ctx)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"episode_id":null,"step_count":1,"max_guesses":6,"guesses":[9],"solved":true}`, string(st), "rejected actions are not steps")
+	assertState(t, `{"episode_id":"<fresh>","step_count":1,"max_guesses":6,"guesses":[9],"solved":true}`, st, "rejected actions are not steps")
 }
 
 func TestMCPEcho(t *testing.T) {
@@ -252,7 +273,7 @@ func TestMCPEcho(t *testing.T) {
 	require.NoError(t, err)
 	st, err = s.State(ctx)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"episode_id":null,"step_count":0}`, string(st))
+	assertState(t, `{"episode_id":"<fresh>","step_count":0}`, st)
 }
 
 // TestORSEnvsOverOpenEnv: letters and echo, written for ORS, served as
@@ -307,9 +328,14 @@ func TestORSEnvsOverOpenEnv(t *testing.T) {
 	tools, err = s.ListTools(ctx)
 	require.NoError(t, err)
 	assert.Len(t, tools, 1, "before reset: shared tools only")
+	// A tool call before any reset opens the default task (train, 0) first.
 	call, err = s.CallTool(ctx, "echo", json.RawMessage(`{"text":"x"}`))
 	require.NoError(t, err)
-	assert.Equal(t, &openenv.ToolFailure{Type: openenv.ToolExecutionError, Message: "call reset before calling tools"}, call.Error)
+	require.Nil(t, call.Error)
+	assert.Equal(t, "no match (got 'x')", call.Text())
+	st, err = s.State(ctx)
+	require.NoError(t, err)
+	assertState(t, `{"episode_id":"<fresh>","step_count":1,"split":"train","index":0}`, st)
 	_, err = s.Reset(ctx, map[string]any{"index": 1})
 	require.NoError(t, err)
 	tools, err = s.ListTools(ctx)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -147,12 +148,21 @@ type Listing struct {
 
 // Options configure Resolve.
 type Options struct {
-	// Getenv reads OPENREWARD_* variables (nil: none set).
+	// Getenv reads OPENREWARD_* variables and the token variable (nil:
+	// none set).
 	Getenv func(string) string
 	Logger zerolog.Logger
-	// Protocol is "ors", "openenv", "auto" (probe a URL and log what it
-	// found) or "" (a builtin's own protocol; ORS for URLs and catalog names).
+	// Protocol pins a URL target's protocol: "ors" or "openenv". "" or
+	// "auto" detects it (both probes, bounded by ProbeTimeout). A builtin
+	// speaks its own protocol unless pinned; catalog names are ORS.
 	Protocol string
+	// ProbeTimeout bounds each protocol probe of a URL (default 5 s).
+	ProbeTimeout time.Duration
+	// TokenEnv names the environment variable holding a bearer token for
+	// an OpenEnv URL target (a private HF Space, a secured server); "" means
+	// HF_TOKEN for *.hf.space hosts and none otherwise. The token is sent on
+	// every OpenEnv request and WebSocket upgrade, and never logged.
+	TokenEnv string
 	// OpenEnv shapes an OpenEnv target's tasks and turns.
 	OpenEnv OpenEnvOptions
 	// ToolLatency slows every tool call of a builtin:NAME target (also
@@ -160,9 +170,19 @@ type Options struct {
 	ToolLatency time.Duration
 }
 
+// CapacityWaiter is an Env that counts the capacity refusals its sessions
+// waited out and retried: OpenEnv's CAPACITY_REACHED, ORS's busy answers
+// (429, 503). Both Envs Resolve returns implement it.
+type CapacityWaiter interface {
+	// CapacityWaits is the running total since Resolve.
+	CapacityWaits() int64
+}
+
 // Resolve connects to target. A builtin:NAME target is served on loopback
 // until the Env is closed (the server outlives ctx, which bounds only the
-// resolution).
+// resolution). A URL target is probed for its protocol unless one is
+// pinned; a URL that speaks neither (or not the pinned one) is a
+// *ProtocolError, one that cannot be reached an *UnreachableError.
 func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = func(string) string { return "" }
@@ -175,8 +195,12 @@ func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
 	default:
 		return nil, &TargetError{Target: target, Reason: fmt.Sprintf("protocol %q is not ors, openenv or auto", opts.Protocol)}
 	}
+	if opts.TokenEnv != "" && !envVarName(opts.TokenEnv) {
+		// Not echoed: it may be the token itself.
+		return nil, &TargetError{Target: target, Reason: "the token variable must be the name of an environment variable such as HF_TOKEN, not the token"}
+	}
 	if opts.ToolLatency != 0 && KindOf(target) != KindBuiltin {
-		return nil, &TargetError{Target: target, Reason: "a tool latency slows built-in envs only"}
+		return nil, &TargetError{Target: target, Reason: "tool_latency slows built-in envs only (builtin:NAME targets); drop it for this one"}
 	}
 	switch KindOf(target) {
 	case KindBuiltin:
@@ -187,33 +211,73 @@ func Resolve(ctx context.Context, target string, opts Options) (Env, error) {
 		}
 		return resolveORS(ctx, target, target, target, opts)
 	}
-	switch opts.Protocol {
-	case string(OpenEnv):
-		return openOpenEnv(ctx, target, target, target, opts)
-	case "auto":
-		return probeURL(ctx, target, opts)
-	}
-	return resolveORS(ctx, target, target, target, opts)
+	return resolveURL(ctx, target, opts)
 }
 
-// probeURL finds which standard a URL speaks: OpenEnv (/health, /schema),
-// then ORS (/splits); the error names both probes.
-func probeURL(ctx context.Context, target string, opts Options) (Env, error) {
-	oe, oerr := openOpenEnv(ctx, target, target, target, opts)
-	if oerr == nil {
-		opts.Logger.Info().Str("env", target).Str("protocol", string(OpenEnv)).Bool("mcp", oe.mcp).Msg("protocol probe")
-		return oe, nil
+// resolveURL probes a URL: the pinned protocol (then the other, to say
+// what the server does speak), or both at once to detect it. OpenEnv wins
+// when both answer: OpenEnv servers may serve ORS's task routes too.
+func resolveURL(ctx context.Context, target string, opts Options) (Env, error) {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return nil, &TargetError{Target: target, Reason: "not an http(s) URL with a host", Err: err}
 	}
-	e, err := resolveORS(ctx, target, target, target, opts)
-	if err != nil {
-		return nil, err
+	switch u.Scheme {
+	case "http", "https":
+	case "ws", "wss": // OpenEnv clients take the socket's URL too
+		u.Scheme = strings.Replace(u.Scheme, "ws", "http", 1)
+	default:
+		return nil, &TargetError{Target: target, Reason: "not an http(s) URL with a host"}
 	}
-	if _, serr := e.(*orsEnv).client.Splits(ctx); serr != nil {
-		_ = e.Close(ctx)
-		return nil, &TargetError{Target: target, Reason: fmt.Sprintf("speaks neither OpenEnv (%v) nor ORS (GET /splits: %v)", oerr, serr)}
+	base := u.String()
+	p := newProber(base, opts)
+	defer p.close()
+	connect := func(pr Probe) (Env, error) {
+		if pr.Protocol == OpenEnv {
+			return openOpenEnv(ctx, target, base, target, opts, pr.schema)
+		}
+		return resolveORS(ctx, target, base, target, opts)
 	}
-	opts.Logger.Info().Str("env", target).Str("protocol", string(ORS)).Msg("protocol probe")
-	return e, nil
+	if pinned := Protocol(opts.Protocol); pinned == ORS || pinned == OpenEnv {
+		first := p.run(ctx, pinned)
+		if first.OK {
+			return connect(first)
+		}
+		if first.Status == 0 || first.auth() {
+			return nil, p.failure(ctx, pinned, first)
+		}
+		other := p.run(ctx, otherProtocol(pinned))
+		if ctx.Err() != nil {
+			return nil, p.failure(ctx, pinned, first, other)
+		}
+		pe := p.protocolError(pinned, first, other)
+		if other.OK {
+			pe.Speaks = other.Protocol
+		}
+		return nil, pe
+	}
+	oe, or := p.both(ctx)
+	for _, pr := range []Probe{oe, or} {
+		if pr.OK {
+			opts.Logger.Info().Str("env", target).Str("protocol", string(pr.Protocol)).Msg("protocol detected")
+			return connect(pr)
+		}
+	}
+	return nil, p.failure(ctx, "", oe, or)
+}
+
+// envVarName: letters, digits and '_', not starting with a digit, and not
+// shaped like a Hugging Face token (hf_ and some 34 letters and digits).
+func envVarName(s string) bool {
+	if s == "" || (strings.HasPrefix(s, "hf_") && len(s) > 20) || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if r != '_' && !('a' <= r && r <= 'z') && !('A' <= r && r <= 'Z') && !('0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // TargetError is a target string that cannot name an env (a usage error).

@@ -51,6 +51,8 @@ func (e *NoTaskListError) Error() string {
 	return fmt.Sprintf("%s speaks OpenEnv, which has no task list: give the env entry tasks: FILE.jsonl, or num_tasks (episodes reset with seed 0..n-1)", e.Target)
 }
 
+var _ CapacityWaiter = (*openEnv)(nil)
+
 // openEnv is an Env over the OpenEnv client.
 type openEnv struct {
 	target, name string
@@ -62,32 +64,41 @@ type openEnv struct {
 	stopServer   func(context.Context) error
 }
 
-// openOpenEnv connects to an OpenEnv server at url and reads its schema.
-func openOpenEnv(ctx context.Context, target, url, name string, opts Options) (*openEnv, error) {
-	info, err := openenv.Probe(ctx, url, openenv.Options{Logger: opts.Logger})
-	if err != nil {
-		return nil, err
+// openOpenEnv connects to an OpenEnv server at url; schema is its GET
+// /schema when a probe read it already (nil: read it now).
+func openOpenEnv(ctx context.Context, target, url, name string, opts Options, schema *openenv.Schema) (*openEnv, error) {
+	tokenEnv, token := "", ""
+	if KindOf(target) == KindURL {
+		tokenEnv, token = tokenFor(target, opts)
 	}
-	c, err := openenv.NewClient(url, openenv.Options{Logger: opts.Logger.With().Str("env", name).Logger()})
+	c, err := openenv.NewClient(url, openenv.Options{Logger: opts.Logger.With().Str("env", name).Logger(), Token: token, TokenEnv: tokenEnv})
 	if err != nil {
 		return nil, &TargetError{Target: target, Reason: "not a valid OpenEnv target", Err: err}
+	}
+	if schema == nil {
+		s, err := c.Schema(ctx)
+		if err != nil {
+			c.CloseIdleConnections()
+			return nil, fmt.Errorf("%s: read the OpenEnv schema: %w", target, err)
+		}
+		schema = &s
 	}
 	o := opts.OpenEnv
 	if o.ActionTool == "" {
 		o.ActionTool = "step"
 	}
-	e := &openEnv{target: target, name: name, client: c, mcp: info.MCP, opts: o}
+	e := &openEnv{target: target, name: name, client: c, mcp: schema.IsMCP(), opts: o}
 	if e.mcp {
 		if o.TextAction {
 			return nil, &TargetError{Target: target, Reason: "openenv.text_action needs a Gym-style env with one string action field; this env's actions are MCP tool calls"}
 		}
 		return e, nil
 	}
-	if e.actionSchema, err = info.Schema.ActionTool(); err != nil {
+	if e.actionSchema, err = schema.ActionTool(); err != nil {
 		return nil, fmt.Errorf("%s: %w", target, err)
 	}
 	if o.TextAction {
-		field, ok := info.Schema.TextActionField()
+		field, ok := schema.TextActionField()
 		if !ok {
 			return nil, &TargetError{Target: target, Reason: "openenv.text_action needs an action with exactly one string field; this action schema is " + string(e.actionSchema)}
 		}
@@ -98,6 +109,12 @@ func openOpenEnv(ctx context.Context, target, url, name string, opts Options) (*
 
 func (e *openEnv) Protocol() Protocol { return OpenEnv }
 func (e *openEnv) Name() string       { return e.name }
+
+// CapacityWaits counts the CAPACITY_REACHED refusals sessions waited out.
+func (e *openEnv) CapacityWaits() int64 { return e.client.CapacityWaits() }
+
+// IgnoredFrames counts server frames that answered no request (dropped).
+func (e *openEnv) IgnoredFrames() int64 { return e.client.IgnoredFrames() }
 
 // NumTasks counts the tasks file's rows of split, or the configured count.
 func (e *openEnv) NumTasks(_ context.Context, split string) (int, error) {
@@ -138,6 +155,39 @@ func (e *openEnv) task(split string, i int) (map[string]any, string, error) {
 	return maps.Clone(rows[i].Reset), rows[i].Prompt, nil
 }
 
+// withSecrets adds the env entry's secrets to a reset's "secrets" argument
+// (the one OpenEnv's ORS import passes to the env's constructor); a task's
+// own secrets win key by key.
+func withSecrets(kwargs map[string]any, secrets map[string]string) map[string]any {
+	if len(secrets) == 0 {
+		return kwargs
+	}
+	merged := map[string]any{}
+	for k, v := range secrets {
+		merged[k] = v
+	}
+	if own, ok := kwargs["secrets"].(map[string]any); ok {
+		maps.Copy(merged, own)
+	}
+	kwargs["secrets"] = merged
+	return kwargs
+}
+
+// redactSecrets hides the values of a reset's secrets (for listings).
+func redactSecrets(kwargs map[string]any) map[string]any {
+	own, ok := kwargs["secrets"].(map[string]any)
+	if !ok {
+		return kwargs
+	}
+	out := maps.Clone(kwargs)
+	hidden := map[string]any{}
+	for k := range own {
+		hidden[k] = "<redacted>"
+	}
+	out["secrets"] = hidden
+	return out
+}
+
 // OpenSession resets a fresh episode with the task's kwargs; the G
 // generations of a group reset with the same ones.
 func (e *openEnv) OpenSession(ctx context.Context, t TaskRef) (Session, error) {
@@ -148,6 +198,7 @@ func (e *openEnv) OpenSession(ctx context.Context, t TaskRef) (Session, error) {
 	if kwargs == nil {
 		kwargs = map[string]any{}
 	}
+	kwargs = withSecrets(kwargs, t.Secrets)
 	s, first, err := e.client.Start(ctx, kwargs)
 	if err != nil {
 		return nil, e.wrap(err)
@@ -176,15 +227,21 @@ func (e *openEnv) Close(ctx context.Context) error {
 // with q.Tools, the tools a model is offered.
 func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 	n, err := e.NumTasks(ctx, q.Split)
-	if err != nil && (len(q.Indices) == 0 && q.NumTasks == 0) {
+	var idx []int
+	var nt *NoTaskListError
+	switch {
+	case errors.As(err, &nt) && len(q.Indices) == 0 && q.NumTasks == 0:
+		// No task list: the env itself (metadata, schemas, the tools of a
+		// seed-0 episode) is still worth listing.
+	case err != nil && !errors.As(err, &nt):
 		return nil, err
-	}
-	if err != nil {
-		n = max(q.NumTasks, slicesMax(q.Indices)+1)
-	}
-	idx, err := SelectIndices(q.Split, n, q.Indices, q.NumTasks)
-	if err != nil {
-		return nil, err
+	default:
+		if err != nil {
+			n = max(q.NumTasks, slicesMax(q.Indices)+1)
+		}
+		if idx, err = SelectIndices(q.Split, n, q.Indices, q.NumTasks); err != nil {
+			return nil, err
+		}
 	}
 	l := &Listing{Protocol: OpenEnv, MCP: e.mcp}
 	meta, err := e.client.Metadata(ctx)
@@ -204,11 +261,15 @@ func (e *openEnv) Describe(ctx context.Context, q Query) (*Listing, error) {
 		if err != nil {
 			return nil, err
 		}
-		spec, _ := json.Marshal(map[string]any{"prompt": prompt, "reset": kwargs})
+		spec, _ := json.Marshal(map[string]any{"prompt": prompt, "reset": redactSecrets(kwargs)})
 		l.Tasks = append(l.Tasks, Task{Index: i, Spec: spec})
 	}
-	if q.Tools && len(idx) > 0 {
-		s, err := e.OpenSession(ctx, TaskRef{Split: q.Split, Index: idx[0]})
+	if q.Tools {
+		probe := 0
+		if len(idx) > 0 {
+			probe = idx[0]
+		}
+		s, err := e.OpenSession(ctx, TaskRef{Split: q.Split, Index: probe})
 		if err != nil {
 			return nil, err
 		}

@@ -263,31 +263,6 @@ func TestOpenEnvTextAction(t *testing.T) {
 	assert.Contains(t, err.Error(), "exactly one string field")
 }
 
-// protocol auto probes OpenEnv then ORS; a URL that speaks neither is an
-// error naming both probes.
-func TestProtocolAuto(t *testing.T) {
-	oe, _ := serveOpenEnv(t, shoutEnv(), openenvserver.Options{})
-	e, err := resolveWith(t, oe, envtarget.Options{Protocol: "auto", OpenEnv: envtarget.OpenEnvOptions{NumTasks: 1}})
-	require.NoError(t, err)
-	assert.Equal(t, envtarget.OpenEnv, e.Protocol())
-
-	orsURL, _ := serveEcho(t)
-	e, err = resolveWith(t, orsURL, envtarget.Options{Protocol: "auto"})
-	require.NoError(t, err)
-	assert.Equal(t, envtarget.ORS, e.Protocol())
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := "http://" + l.Addr().String()
-	require.NoError(t, l.Close())
-	_, err = resolveWith(t, dead, envtarget.Options{Protocol: "auto"})
-	var te *envtarget.TargetError
-	require.ErrorAs(t, err, &te)
-	assert.Contains(t, err.Error(), "neither OpenEnv")
-	assert.Contains(t, err.Error(), "/health")
-	assert.Contains(t, err.Error(), "GET /splits")
-}
-
 // Capacity 1 and eight concurrent episodes: they wait their turn, none lost.
 func TestOpenEnvCapacityQueues(t *testing.T) {
 	url, srv := serveOpenEnv(t, shoutEnv(), openenvserver.Options{MaxSessions: 1})
@@ -312,6 +287,9 @@ func TestOpenEnvCapacityQueues(t *testing.T) {
 	}
 	assert.Positive(t, srv.Stats().Refused, "some sessions were refused for capacity and retried")
 	assert.Equal(t, int64(8), srv.Stats().Created)
+	cw, ok := e.(envtarget.CapacityWaiter)
+	require.True(t, ok)
+	assert.Equal(t, srv.Stats().Refused, cw.CapacityWaits(), "every refusal waited out is counted on the Env")
 }
 
 func errorsJoin(a, b error) error {

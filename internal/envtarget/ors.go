@@ -17,6 +17,8 @@ import (
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
 )
 
+var _ CapacityWaiter = (*orsEnv)(nil)
+
 // orsEnv is an Env over the ORS client; builtin targets also own the
 // in-process server.
 type orsEnv struct {
@@ -62,7 +64,7 @@ func resolveBuiltin(ctx context.Context, target string, opts Options) (Env, erro
 		return nil, fmt.Errorf("serve built-in env %q: %w", name, err)
 	}
 	if srv.Protocol == envs.ProtocolOpenEnv {
-		e, err := openOpenEnv(ctx, target, srv.URL, name, opts)
+		e, err := openOpenEnv(ctx, target, srv.URL, name, opts, nil)
 		if err != nil {
 			stopBounded(ctx, srv.Stop)
 			return nil, err
@@ -176,6 +178,9 @@ func FromORSClient(c *ors.Client, target string) Env {
 
 func (e *orsEnv) Protocol() Protocol { return ORS }
 func (e *orsEnv) Name() string       { return e.name }
+
+// CapacityWaits counts the busy answers (429, 503) the client waited out.
+func (e *orsEnv) CapacityWaits() int64 { return e.client.CapacityWaits() }
 
 // Server is the in-process server of a builtin target (nil otherwise); tests
 // read its session counters.

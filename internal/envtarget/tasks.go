@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 )
 
 // ReadTasksFile reads an OpenEnv tasks file: one JSON object per line with
 // "prompt" (a string, or chat messages whose user contents are joined),
-// "reset" (the reset kwargs) and an optional "split" (default train).
+// "reset" (the reset kwargs) and an optional "split" (default train). The
+// reset arguments of an ORS env imported into OpenEnv are checked: task_spec
+// (an object), split (a string) and index (an integer >= 0), secrets (an
+// object of strings, never shown).
 func ReadTasksFile(path string) ([]OpenEnvTask, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -36,6 +40,9 @@ func ReadTasksFile(path string) ([]OpenEnvTask, error) {
 		prompt, err := promptText(row.Prompt)
 		if err != nil {
 			return nil, fmt.Errorf("tasks file %s line %d: prompt: %w", path, line, err)
+		}
+		if err := checkResetArgs(row.Reset); err != nil {
+			return nil, fmt.Errorf("tasks file %s line %d: reset: %w", path, line, err)
 		}
 		out = append(out, OpenEnvTask{Split: row.Split, Prompt: prompt, Reset: row.Reset})
 	}
@@ -71,4 +78,37 @@ func promptText(raw json.RawMessage) (string, error) {
 		}
 	}
 	return strings.Join(parts, "\n"), nil
+}
+
+// checkResetArgs checks the reset arguments whose shape OpenEnv's ORS
+// import fixes, so a typo fails when the file is read, not mid-run.
+func checkResetArgs(reset map[string]any) error {
+	if v, ok := reset["task_spec"]; ok {
+		if _, obj := v.(map[string]any); !obj {
+			return fmt.Errorf("task_spec must be an object (the task as the env lists it)")
+		}
+	}
+	if v, ok := reset["split"]; ok {
+		if _, str := v.(string); !str {
+			return fmt.Errorf("split must be a string")
+		}
+	}
+	if v, ok := reset["index"]; ok {
+		f, num := v.(float64)
+		if !num || f < 0 || f != math.Trunc(f) {
+			return fmt.Errorf("index must be an integer >= 0")
+		}
+	}
+	if v, ok := reset["secrets"]; ok {
+		m, obj := v.(map[string]any)
+		if !obj {
+			return fmt.Errorf("secrets must be an object of strings")
+		}
+		for k, s := range m {
+			if _, str := s.(string); !str {
+				return fmt.Errorf("secrets.%s must be a string", k)
+			}
+		}
+	}
+	return nil
 }

@@ -45,7 +45,14 @@ type Options struct {
 	// NewBackoff builds the backoff of one capacity retry loop (default
 	// 100 ms doubling to 5 s, ±50 % jitter).
 	NewBackoff func() *backoff.Backoff
-	Logger     zerolog.Logger
+	// Token is sent as "Authorization: Bearer <token>" on every HTTP
+	// request and WebSocket upgrade (private HF Spaces, secured servers);
+	// empty sends none. It is never logged.
+	Token string
+	// TokenEnv names the environment variable Token came from, so a 401 or
+	// 403 can say which variable to set ("" when unknown).
+	TokenEnv string
+	Logger   zerolog.Logger
 }
 
 // Client talks to one OpenEnv server.
@@ -55,6 +62,11 @@ type Client struct {
 	opts   Options
 	log    zerolog.Logger
 	nextID atomic.Int64
+
+	// capacityWaits counts capacity refusals Start waited out; ignored
+	// counts server frames nobody asked for (dropped, not fatal).
+	capacityWaits, ignored  atomic.Int64
+	capacityLog, ignoredLog sparseLog
 }
 
 // NewClient returns a client for the server at base (http or https; a
@@ -269,6 +281,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
@@ -281,13 +294,16 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if err != nil {
 		return nil, &ConnectionError{Op: method + " " + path, CloseCode: -1, Err: fmt.Errorf("read body: %w", err)}
 	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return nil, c.authError(method, u, resp.StatusCode)
+	}
 	if resp.StatusCode != http.StatusOK {
 		if resp.StatusCode >= 500 {
 			// Uvicorn drops the keep-alive connection after a 500 without
 			// saying so; never reuse it.
 			c.http.CloseIdleConnections()
 		}
-		he := &HTTPError{Method: method, URL: u, Status: resp.StatusCode, Body: string(data)}
+		he := &HTTPError{Method: method, URL: u, Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: string(data)}
 		var d struct {
 			Detail []ValidationIssue `json:"detail"`
 		}
@@ -298,6 +314,41 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	}
 	return data, nil
 }
+
+// authorize adds the bearer token, if any.
+func (c *Client) authorize(h http.Header) {
+	if c.opts.Token != "" {
+		h.Set("Authorization", "Bearer "+c.opts.Token)
+	}
+}
+
+func (c *Client) authError(method, u string, status int) *AuthError {
+	return &AuthError{Method: method, URL: u, Status: status, TokenEnv: c.opts.TokenEnv, TokenSent: c.opts.Token != ""}
+}
+
+// CapacityWaits is how many capacity refusals (CAPACITY_REACHED) Start has
+// waited out since the client was made, over all its sessions.
+func (c *Client) CapacityWaits() int64 { return c.capacityWaits.Load() }
+
+// IgnoredFrames is how many frames the server sent that answered no
+// request (unknown frame types, JSON-RPC notifications); they are dropped.
+func (c *Client) IgnoredFrames() int64 { return c.ignored.Load() }
+
+// sparseLog lets a repeated event log at once and then at most once per
+// interval, so a storm stays visible without a line per event.
+type sparseLog struct{ last atomic.Int64 }
+
+func (l *sparseLog) due(every time.Duration) bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if last != 0 && now-last < int64(every) {
+		return false
+	}
+	return l.last.CompareAndSwap(last, now)
+}
+
+// sparseLogEvery is how often a repeated event is logged again.
+const sparseLogEvery = time.Minute
 
 // Info is what Probe found.
 type Info struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,13 +81,40 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 type HTTPError struct {
 	Method, URL string
 	Status      int
+	ContentType string
 	Body        string
 	// Detail holds FastAPI's 422 validation list, when the body has one.
 	Detail []ValidationIssue
 }
 
+// Error shows a JSON body (clipped) but only the first line of anything
+// else: a web server's HTML page says nothing useful past it.
 func (e *HTTPError) Error() string {
-	return fmt.Sprintf("openenv %s %s: HTTP %d: %s", e.Method, e.URL, e.Status, clip([]byte(e.Body)))
+	return fmt.Sprintf("openenv %s %s: HTTP %d: %s", e.Method, e.URL, e.Status, bodySummary(e.ContentType, []byte(e.Body)))
+}
+
+// AuthError is a 401 or 403: the server wants a token the client did not
+// send, or refused the one it sent.
+type AuthError struct {
+	Method, URL string
+	Status      int
+	// TokenEnv is the variable the token is read from ("" when unknown);
+	// TokenSent says whether a token went with the request.
+	TokenEnv  string
+	TokenSent bool
+}
+
+func (e *AuthError) Error() string {
+	msg := fmt.Sprintf("openenv %s %s: HTTP %d: ", e.Method, e.URL, e.Status)
+	switch {
+	case e.TokenEnv == "" && !e.TokenSent:
+		return msg + "the server wants a token: name the environment variable that holds it with the env's token_env (--token-env)"
+	case e.TokenEnv == "":
+		return msg + "the server refused the token"
+	case !e.TokenSent:
+		return msg + fmt.Sprintf("the server wants a token: set %s (it is not set)", e.TokenEnv)
+	}
+	return msg + fmt.Sprintf("the server refused the token in %s (it is set): check that it grants access to this server", e.TokenEnv)
 }
 
 // ProtocolError is a reply that breaks the wire format.
@@ -114,6 +142,22 @@ func (e *NotOpenEnvError) Error() string {
 }
 
 func (e *NotOpenEnvError) Unwrap() error { return e.Err }
+
+// bodySummary is a reply body fit for a message: JSON clipped, other text
+// reduced to its content type and first line.
+func bodySummary(contentType string, body []byte) string {
+	mt := strings.ToLower(strings.TrimSpace(strings.Split(contentType, ";")[0]))
+	if mt == "" || mt == "application/json" || strings.HasSuffix(mt, "+json") {
+		if json.Valid(body) {
+			return clip(body)
+		}
+	}
+	line := TextLine(contentType, body)
+	if mt == "" {
+		mt = "no content type"
+	}
+	return fmt.Sprintf("%s, first line %q", mt, line)
+}
 
 // ErrSessionClosed is returned by calls on a session after Close.
 var ErrSessionClosed = errors.New("openenv session is closed")
@@ -152,4 +196,51 @@ func IsInfrastructure(err error) bool {
 		return he.Status >= 500 || he.Status == 429
 	}
 	return IsCapacity(err)
+}
+
+// TextLine is the first line of text of a reply body, cut to 80
+// characters: enough to recognise a page without dumping it. An HTML page
+// (a web server's error page where an env was expected) gives its title,
+// else its text without tags.
+func TextLine(contentType string, body []byte) string {
+	text := string(body)
+	mt := strings.ToLower(strings.TrimSpace(strings.Split(contentType, ";")[0]))
+	if mt == "text/html" || strings.HasPrefix(strings.TrimSpace(text), "<") {
+		text = htmlText(text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line == "" {
+			continue
+		}
+		if r := []rune(line); len(r) > 80 {
+			line = string(r[:80]) + "…"
+		}
+		return line
+	}
+	return ""
+}
+
+// htmlText is an HTML page's <title>, else its text with the tags removed.
+func htmlText(page string) string {
+	lower := strings.ToLower(page)
+	if i := strings.Index(lower, "<title>"); i >= 0 {
+		if j := strings.Index(lower[i:], "</title>"); j > len("<title>") {
+			return page[i+len("<title>") : i+j]
+		}
+	}
+	var b strings.Builder
+	inTag := false
+	for _, r := range page {
+		switch {
+		case r == '<':
+			inTag = true
+			b.WriteRune(' ')
+		case r == '>':
+			inTag = false
+		case !inTag:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,8 +22,13 @@ type socket struct {
 
 	mu     sync.Mutex // one request at a time: replies come in order
 	frames chan []byte
-	done   chan struct{} // closed when the reader stops
-	err    error         // why the reader stopped; read after done
+	// stray says which frames answer no request (and their kind, for the
+	// log); the reader drops and counts them. Nil keeps every frame.
+	stray   func([]byte) (string, bool)
+	ignored atomic.Int64
+	client  *Client
+	done    chan struct{} // closed when the reader stops
+	err     error         // why the reader stopped; read after done
 	// fatal is set (under mu) once the session is unusable.
 	fatal error
 
@@ -29,17 +36,22 @@ type socket struct {
 	wg     sync.WaitGroup
 }
 
-func (c *Client) dial(ctx context.Context, path string) (*socket, error) {
+func (c *Client) dial(ctx context.Context, path string, stray func([]byte) (string, bool)) (*socket, error) {
 	u := c.wsEndpoint(path)
 	dctx, cancel := context.WithTimeout(ctx, c.opts.OpenTimeout)
 	defer cancel()
-	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: c.http})
+	hdr := http.Header{}
+	c.authorize(hdr)
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: c.http, HTTPHeader: hdr})
 	if resp != nil && resp.Body != nil {
 		_ = resp.Body.Close()
 	}
 	if err != nil {
 		if dctx.Err() != nil && ctx.Err() == nil {
 			return nil, &TimeoutError{Op: "open " + path, After: c.opts.OpenTimeout}
+		}
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return nil, c.authError("GET", u, resp.StatusCode)
 		}
 		if resp != nil && resp.StatusCode != 0 && resp.StatusCode != 101 {
 			return nil, &HTTPError{Method: "GET", URL: u, Status: resp.StatusCode, Body: err.Error()}
@@ -48,7 +60,7 @@ func (c *Client) dial(ctx context.Context, path string) (*socket, error) {
 	}
 	conn.SetReadLimit(c.opts.MaxMessageBytes)
 	life, stop := context.WithCancel(context.Background())
-	s := &socket{conn: conn, opts: c.opts, op: path, frames: make(chan []byte, 8), done: make(chan struct{}), cancel: stop}
+	s := &socket{conn: conn, opts: c.opts, op: path, frames: make(chan []byte, 8), done: make(chan struct{}), cancel: stop, stray: stray, client: c}
 	s.wg.Add(1)
 	go s.readLoop(life)
 	if c.opts.KeepAlive > 0 {
@@ -58,8 +70,10 @@ func (c *Client) dial(ctx context.Context, path string) (*socket, error) {
 	return s, nil
 }
 
-// readLoop owns every read: replies go to frames, control frames (pongs,
-// close) are handled by the library as a side effect.
+// readLoop owns every read: replies go to frames, frames that answer no
+// request are dropped here (so they never pile up between requests or pass
+// for a reply), control frames (pongs, close) are handled by the library
+// as a side effect.
 func (s *socket) readLoop(ctx context.Context) {
 	defer s.wg.Done()
 	defer close(s.done)
@@ -68,6 +82,13 @@ func (s *socket) readLoop(ctx context.Context) {
 		if err != nil {
 			s.err = err
 			return
+		}
+		if s.stray != nil {
+			if kind, ok := s.stray(data); ok {
+				s.ignored.Add(1)
+				s.client.noteIgnored(s.op, kind)
+				continue
+			}
 		}
 		select {
 		case s.frames <- data:
@@ -250,7 +271,7 @@ type Session struct {
 // Open dials /ws. A server at capacity accepts the socket and then refuses
 // it with CAPACITY_REACHED, which the first call returns; Start retries it.
 func (c *Client) Open(ctx context.Context) (*Session, error) {
-	sock, err := c.dial(ctx, "/ws")
+	sock, err := c.dial(ctx, "/ws", strayWSFrame)
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +299,7 @@ func (c *Client) Start(ctx context.Context, kwargs any) (*Session, StepResult, e
 		if !IsCapacity(err) || time.Now().After(deadline) {
 			return nil, StepResult{}, err
 		}
+		c.noteCapacity(err)
 		c.log.Debug().Err(err).Int("attempt", bo.Attempts()+1).Msg("openenv server at capacity; retrying")
 		if werr := bo.Wait(ctx); werr != nil {
 			return nil, StepResult{}, fmt.Errorf("wait for openenv capacity: %w (last: %w)", werr, err)
@@ -428,6 +450,10 @@ func (s *Session) MCP(ctx context.Context, method string, params any) (json.RawM
 	return rpcResult(f.Data)
 }
 
+// IgnoredFrames counts the frames of this session that answered no
+// request: they were dropped (Client.IgnoredFrames sums every session).
+func (s *Session) IgnoredFrames() int64 { return s.sock.ignored.Load() }
+
 // Err is the failure that ended the session, or nil while it is usable.
 func (s *Session) Err() error {
 	s.sock.mu.Lock()
@@ -455,7 +481,7 @@ type MCPConn struct {
 // DialMCP opens the /mcp WebSocket. A server at capacity sends -32000 and
 // closes; the first Call returns it as *RPCError.
 func (c *Client) DialMCP(ctx context.Context) (*MCPConn, error) {
-	sock, err := c.dial(ctx, "/mcp")
+	sock, err := c.dial(ctx, "/mcp", strayRPCFrame)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -63,6 +64,10 @@ type Client struct {
 	deployment string // X-Deployment; empty for URL targets
 	catalog    bool
 	target     string
+
+	// capacityWaits counts 429/503 answers waited out and retried;
+	// capacityLogged is when that was last logged (unix ns, 0: never).
+	capacityWaits, capacityLogged atomic.Int64
 }
 
 // NewClient resolves target:
@@ -241,6 +246,7 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 		if !retryable(err) || attempt >= attempts || ctx.Err() != nil {
 			return lastErr
 		}
+		c.noteCapacity(err)
 		c.log.Debug().Err(err).Int("attempt", attempt).Str("path", req.path).Msg("retrying ORS request")
 		if werr := bo.Wait(ctx); werr != nil {
 			return lastErr
@@ -334,6 +340,25 @@ type networkError struct{ err error }
 
 func (e *networkError) Error() string { return e.err.Error() }
 func (e *networkError) Unwrap() error { return e.err }
+
+// CapacityWaits is how many "busy" answers (429, 503) the client has waited
+// out and retried since it was made: the ORS form of a server at capacity.
+func (c *Client) CapacityWaits() int64 { return c.capacityWaits.Load() }
+
+// noteCapacity counts a busy answer about to be retried, and logs it at
+// info level the first time and then at most once a minute.
+func (c *Client) noteCapacity(err error) {
+	var se *StatusError
+	if !errors.As(err, &se) || (se.StatusCode != http.StatusTooManyRequests && se.StatusCode != http.StatusServiceUnavailable) {
+		return
+	}
+	n := c.capacityWaits.Add(1)
+	now, last := time.Now().UnixNano(), c.capacityLogged.Load()
+	if (last == 0 || now-last >= int64(time.Minute)) && c.capacityLogged.CompareAndSwap(last, now) {
+		c.log.Info().Int("status", se.StatusCode).Int64("capacity_waits", n).
+			Msg("ORS server busy: requests wait and retry (counted, logged at most once a minute)")
+	}
+}
 
 func retryable(err error) bool {
 	var ne *networkError

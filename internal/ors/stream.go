@@ -49,6 +49,7 @@ func (c *Client) sseLoop(ctx context.Context, path, sid, secrets string, retries
 		if retry >= retries {
 			return st, fmt.Errorf("%s: giving up after %d retries: %w", path, retries, err)
 		}
+		c.noteCapacity(err)
 		c.log.Debug().Err(err).Int("retry", retry+1).Str("path", path).Str("task_id", st.taskID).Msg("retrying ORS stream")
 		if werr := bo.Wait(ctx); werr != nil {
 			return st, err

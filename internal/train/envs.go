@@ -59,7 +59,7 @@ func connectEnv(ctx context.Context, ec config.EnvConfig, getenv func(string) st
 	}
 	cctx, cancel := context.WithTimeout(ctx, setupCallTimeout)
 	defer cancel()
-	conn, err := envtarget.Resolve(cctx, ec.Target, envtarget.Options{Getenv: getenv, Logger: log, Protocol: ec.Protocol, OpenEnv: oe, ToolLatency: ec.ToolLatency})
+	conn, err := envtarget.Resolve(cctx, ec.Target, envtarget.Options{Getenv: getenv, Logger: log, Protocol: ec.Protocol, TokenEnv: ec.TokenEnv, OpenEnv: oe, ToolLatency: ec.ToolLatency})
 	if err != nil {
 		return nil, err
 	}

@@ -12,18 +12,23 @@ import (
 )
 
 // FromORS serves an orsserver env over OpenEnv as an MCP env. Reset picks
-// the task: kwargs task_spec (a task object, used as is), else split
-// (default: the first split) and index (default: seed modulo the split's
-// size, else 0). The reset observation is {"prompt": text, "split",
-// "index"}; the env's shared and task-scoped tools become MCP tools; a
-// tool's reward and finished become the step's reward and done.
+// the task with the reset arguments OpenEnv's ORS import uses: task_spec (a
+// task object, used as is), else split (default: the first split) and
+// index (default: seed modulo the split's size, else 0); secrets (an object
+// of strings) reach the env's constructor. episode_id defaults to a fresh
+// uuid4. The reset observation is {"prompt": text, "split", "index"}; the
+// env's shared and task-scoped tools become MCP tools; a tool's reward and
+// finished become the step's reward and done. A tool call before any reset
+// opens the default task's episode first, so JSON-RPC tools/call works
+// without a reset as on OpenEnv's own MCP envs (tools/list stays free of
+// side effects: the shared tools until an episode is open).
 func FromORS(env *orsserver.Env) *Env {
 	return &Env{
 		Name:               env.Name,
 		Description:        env.Description,
 		MCP:                true,
 		ConcurrentSessions: true,
-		ResetKwargs:        []string{"seed", "episode_id", "split", "index", "task_spec"},
+		ResetKwargs:        []string{"seed", "episode_id", "split", "index", "task_spec", "secrets"},
 		StateSchema:        json.RawMessage(baseStateSchema),
 		New: func(context.Context) (Instance, error) {
 			return &orsInstance{env: env}, nil
@@ -54,10 +59,20 @@ func (o *orsInstance) Reset(ctx context.Context, kwargs map[string]json.RawMessa
 	if err != nil {
 		return Observation{}, err
 	}
+	episodeID, err := EpisodeID(kwargs)
+	if err != nil {
+		return Observation{}, err
+	}
+	var secrets map[string]string
+	if raw, ok := kwargs["secrets"]; ok && string(raw) != "null" {
+		if json.Unmarshal(raw, &secrets) != nil {
+			return Observation{}, errors.New("secrets must be an object of strings")
+		}
+	}
 	if err := o.Close(ctx); err != nil {
 		return Observation{}, fmt.Errorf("tear down the previous episode: %w", err)
 	}
-	inst, err := o.env.New(ctx, task, nil)
+	inst, err := o.env.New(ctx, task, secrets)
 	if err != nil {
 		return Observation{}, fmt.Errorf("create %s instance: %w", o.env.Name, err)
 	}
@@ -72,13 +87,7 @@ func (o *orsInstance) Reset(ctx context.Context, kwargs map[string]json.RawMessa
 		teardown(ctx, inst)
 		return Observation{}, fmt.Errorf("%s prompt: %w", o.env.Name, err)
 	}
-	o.inst, o.steps, o.split, o.index, o.episodeID = inst, 0, split, index, nil
-	if raw, ok := kwargs["episode_id"]; ok {
-		var id string
-		if json.Unmarshal(raw, &id) == nil {
-			o.episodeID = &id
-		}
-	}
+	o.inst, o.steps, o.split, o.index, o.episodeID = inst, 0, split, index, &episodeID
 	var text []string
 	for _, b := range blocks {
 		if b.Type == "text" {
@@ -176,10 +185,14 @@ func (o *orsInstance) ListTools(context.Context) ([]openenv.Tool, error) {
 }
 
 func (o *orsInstance) CallTool(ctx context.Context, name string, args json.RawMessage) (ToolOutput, error) {
-	o.steps++
 	if o.inst == nil {
-		return ToolOutput{}, &ToolError{Type: openenv.ToolExecutionError, Message: "call reset before calling tools"}
+		// No reset yet: open the default task's episode, as a reset without
+		// arguments would.
+		if _, err := o.Reset(ctx, nil); err != nil {
+			return ToolOutput{}, fmt.Errorf("open the default task (no reset was called): %w", err)
+		}
 	}
+	o.steps++
 	for _, t := range o.tools() {
 		if t.Name != name {
 			continue

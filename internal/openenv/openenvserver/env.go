@@ -113,6 +113,24 @@ func UnknownTool(name string) *ToolError {
 	return &ToolError{Type: openenv.ToolNotFound, Message: fmt.Sprintf("Unknown tool: '%s'", name)}
 }
 
+// EpisodeID is the episode id a reset should use: the kwargs' episode_id,
+// or a fresh uuid4 when it is absent, null or empty, as OpenEnv's own envs
+// do (`episode_id or str(uuid4())`): clients tell episodes apart by it.
+func EpisodeID(kwargs map[string]json.RawMessage) (string, error) {
+	raw, ok := kwargs["episode_id"]
+	if !ok || string(raw) == "null" {
+		return newUUID(), nil
+	}
+	var id string
+	if json.Unmarshal(raw, &id) != nil {
+		return "", errors.New("episode_id must be a string")
+	}
+	if id == "" {
+		return newUUID(), nil
+	}
+	return id, nil
+}
+
 // Reward returns a pointer to r.
 func Reward(r float64) *float64 { return &r }
 
