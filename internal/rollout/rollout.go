@@ -104,6 +104,11 @@ const (
 	// OutcomeRewardError: a reward function failed for the rollout (an
 	// http scorer down, an expression that failed); never scored as 0.
 	OutcomeRewardError Outcome = "reward_error"
+	// OutcomeRenderError: ortrain's own chat pipeline could not render the
+	// next turn (for example the model stopped on a token that is not the
+	// template's end-of-turn, so its turn cannot be closed token-exactly).
+	// A local failure, never counted as the env's.
+	OutcomeRenderError Outcome = "render_error"
 )
 
 // Outcomes lists every outcome, so counters can report the ones that did
@@ -111,7 +116,7 @@ const (
 func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeDone, OutcomeStopped, OutcomeIterations, OutcomeTruncated, OutcomeBudget,
-		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError,
+		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
 	}
 }
 
@@ -119,7 +124,7 @@ func Outcomes() []Outcome {
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
 	switch o {
-	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError:
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError:
 		return true
 	}
 	return false

@@ -301,7 +301,7 @@ func (e *episode) run(ctx context.Context) error {
 	}
 	conv, err := chatSpec.newConversation(system, prompt, tools)
 	if err != nil {
-		tr.Outcome = OutcomeEnvError
+		tr.Outcome = OutcomeRenderError
 		return fmt.Errorf("render prompt: %w", err)
 	}
 	e.conv = conv
@@ -571,7 +571,7 @@ func (e *episode) appendTurn(promptLen int, msgs []chat.Message) (stop bool, err
 	before := len(e.conv.IDs())
 	ids, err := e.conv.AppendMessages(msgs)
 	if err != nil {
-		e.tr.Outcome = OutcomeEnvError
+		e.tr.Outcome = OutcomeRenderError
 		return true, fmt.Errorf("render tool results: %w", err)
 	}
 	e.tr.Divergences = len(e.conv.Divergences())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -53,6 +54,8 @@ type scriptedGenerator struct {
 	mu     sync.Mutex
 	turns  map[string]int // per conversation (keyed by its first user text)
 	seen   []string       // every prompt, decoded
+	// end is the stop token a StopToken turn ends with ("": <|im_end|>).
+	end string
 }
 
 func (g *scriptedGenerator) Generate(ctx context.Context, req engine.Request) (engine.Result, error) {
@@ -74,7 +77,14 @@ func (g *scriptedGenerator) Generate(ctx context.Context, req engine.Request) (e
 	}
 	ids := g.tok.Encode(text)
 	if stop == engine.StopToken {
-		end, _ := g.tok.TokenID("<|im_end|>")
+		name := g.end
+		if name == "" {
+			name = "<|im_end|>"
+		}
+		end, ok := g.tok.TokenID(name)
+		if !ok {
+			return engine.Result{}, fmt.Errorf("no token %q", name)
+		}
 		ids = append(ids, end)
 	}
 	if len(ids) > req.MaxTokens {
@@ -363,6 +373,22 @@ func TestRolloutFailures(t *testing.T) {
 		assert.True(t, tr.Outcome.Failed())
 		require.Error(t, tr.Err)
 		assert.Equal(t, int64(0), srv.Stats().Live, "shutdown tore the session down")
+	})
+
+	// The tiny model may end a turn holding a tool call with <|endoftext|>,
+	// a stop token that is not the template's end-of-turn: the turn cannot
+	// be closed token-exactly, a failure of ortrain's own chat pipeline that
+	// must not be counted as the env's.
+	t.Run("turn ended by a stop token the template does not close with", func(t *testing.T) {
+		opener, srv, _ := serveEnv(t, envs.Echo())
+		gen := &scriptedGenerator{tok: cs.Tokenizer, end: "<|endoftext|>", script: func(int, string) (string, engine.StopReason, time.Duration) {
+			return call("echo", `{"text": "x"}`), engine.StopToken, 0
+		}}
+		tr := newRunner(t, opener, gen, cs, nil).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
+		assert.Equal(t, OutcomeRenderError, tr.Outcome, "err: %v", tr.Err)
+		assert.True(t, tr.Outcome.Failed(), "masked out of the loss and counted")
+		require.Error(t, tr.Err)
+		assert.Equal(t, int64(0), srv.Stats().Live, "session closed")
 	})
 
 	t.Run("unreachable env", func(t *testing.T) {
