@@ -14,6 +14,9 @@ type NotFoundError struct {
 	Name     string
 	Searched []string
 	Reason   string // why the last candidate was rejected, if one existed
+	// Path: Name is a local path (it exists, or looks like one), so the fix
+	// is a directory, not a download.
+	Path bool
 }
 
 func (e *NotFoundError) Error() string {
@@ -23,12 +26,54 @@ func (e *NotFoundError) Error() string {
 		fmt.Fprintf(&b, " (%s)", e.Reason)
 	}
 	fmt.Fprintf(&b, "; searched: %s", strings.Join(e.Searched, ", "))
-	if repoIDPattern.MatchString(e.Name) {
+	switch {
+	case e.Path:
+		fmt.Fprintf(&b, "; pass a directory holding config.json and model.safetensors, or create one with `ortrain init-model --preset tiny --out %s`", e.Name)
+	case repoIDPattern.MatchString(e.Name):
 		fmt.Fprintf(&b, "; ortrain never downloads: run `huggingface-cli download %s` on a machine with network access (set HF_HUB_CACHE or HF_HOME to share the cache), or pass a local model directory", e.Name)
-	} else {
+	default:
 		b.WriteString("; pass a directory holding config.json and model.safetensors, a Hugging Face repo id (Org/Name) present in the local cache, or create one with `ortrain init-model --preset tiny --out DIR`")
 	}
 	return b.String()
+}
+
+// looksLikePath reports whether a name that does not exist was meant as a
+// local path rather than a Hugging Face repo id: it starts with . / or ~,
+// is not of the Org/Name form, or its first component is a directory here
+// (models/nope when models/ exists).
+func looksLikePath(name string) bool {
+	if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "/") || strings.HasPrefix(name, "~") || strings.Contains(name, `\`) {
+		return true
+	}
+	if !repoIDPattern.MatchString(name) {
+		return strings.Contains(name, "/")
+	}
+	first, _, _ := strings.Cut(name, "/")
+	st, err := os.Stat(first)
+	return err == nil && st.IsDir()
+}
+
+// dirContents names up to a few entries of dir, for an error message.
+func dirContents(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	if len(entries) == 0 {
+		return "it is empty"
+	}
+	var names []string
+	for _, e := range entries[:min(len(entries), 6)] {
+		n := e.Name()
+		if e.IsDir() {
+			n += "/"
+		}
+		names = append(names, n)
+	}
+	if len(entries) > 6 {
+		names = append(names, fmt.Sprintf("and %d more", len(entries)-6))
+	}
+	return "it holds " + strings.Join(names, ", ")
 }
 
 // repoIDPattern matches a Hugging Face repo id such as Qwen/Qwen3-4B.
@@ -68,9 +113,16 @@ func Resolve(nameOrDir string, getenv func(string) string) (dir string, searched
 		if hasConfig(nameOrDir) {
 			return nameOrDir, searched, nil
 		}
-		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "directory " + nameOrDir + " has no " + ConfigFile}
+		reason := "directory " + nameOrDir + " has no " + ConfigFile
+		if what := dirContents(nameOrDir); what != "" {
+			reason += "; " + what
+		}
+		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true}
 	}
 	if !repoIDPattern.MatchString(nameOrDir) {
+		if looksLikePath(nameOrDir) {
+			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "directory " + nameOrDir + " does not exist", Path: true}
+		}
 		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "no such directory, and not a repo id of the form Org/Name"}
 	}
 	org, name, _ := strings.Cut(nameOrDir, "/")
@@ -78,6 +130,15 @@ func Resolve(nameOrDir string, getenv func(string) string) (dir string, searched
 	snap, looked, reason := snapshotDir(repoDir)
 	searched = append(searched, looked...)
 	if snap == "" {
+		if looksLikePath(nameOrDir) {
+			// models/nope with models/ here: a mistyped path, not a repo id.
+			first, _, _ := strings.Cut(nameOrDir, "/")
+			reason = "directory " + nameOrDir + " does not exist, and it is not in the local Hugging Face cache"
+			if what := dirContents(first); what != "" {
+				reason += "; " + first + "/: " + what
+			}
+			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true}
+		}
 		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason}
 	}
 	return snap, searched, nil

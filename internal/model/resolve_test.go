@@ -100,7 +100,8 @@ func TestResolveNotFound(t *testing.T) {
 		}},
 		{"incomplete snapshot", "Org/Half", []string{filepath.Join(incomplete, "snapshots", "deadbeef"), "incomplete download"}},
 		{"dir without config", emptyDir, []string{emptyDir, "has no config.json", "init-model"}},
-		{"not a dir nor repo id", "./nope", []string{"./nope", "not a repo id"}},
+		{"missing relative path", "./nope", []string{"./nope", "does not exist", "init-model --preset tiny --out ./nope"}},
+		{"mistyped path under an existing dir", filepath.Join(root, "empty", "nope"), []string{"does not exist", "init-model"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,6 +119,27 @@ func TestResolveNotFound(t *testing.T) {
 			}
 		})
 	}
+	// models/nope is of the Org/Name form, but with a models/ directory here
+	// it is a mistyped path: no download hint.
+	t.Run("Org/Name form whose first part is a local directory", func(t *testing.T) {
+		t.Chdir(root)
+		require.NoError(t, os.MkdirAll(filepath.Join(root, "models", "tiny"), 0o755))
+		_, _, err := Resolve("models/nope", envMap(map[string]string{"HF_HUB_CACHE": cache}))
+		var nf *NotFoundError
+		require.ErrorAs(t, err, &nf)
+		assert.True(t, nf.Path)
+		assert.NotContains(t, err.Error(), "huggingface-cli")
+		assert.Contains(t, err.Error(), "models/: it holds tiny/")
+		assert.Contains(t, err.Error(), "init-model --preset tiny --out models/nope")
+	})
+	t.Run("existing directory without config.json names what it holds", func(t *testing.T) {
+		require.NoError(t, os.WriteFile(filepath.Join(emptyDir, "weights.bin"), nil, 0o644))
+		_, _, err := Resolve(emptyDir, envMap(map[string]string{"HF_HUB_CACHE": cache}))
+		var nf *NotFoundError
+		require.ErrorAs(t, err, &nf)
+		assert.True(t, nf.Path)
+		assert.Contains(t, err.Error(), "has no config.json; it holds weights.bin")
+	})
 	_, _, err := Resolve("", envMap(nil))
 	require.Error(t, err)
 }
