@@ -1,10 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -173,7 +175,7 @@ func readYAML(src Source) (doc map[string]any, name string, err error) {
 		name = "embedded config"
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, "", fmt.Errorf("%s: not valid YAML: %w", name, err)
+		return nil, "", yamlSyntaxError(name, data, err)
 	}
 	if doc == nil {
 		doc = map[string]any{}
@@ -385,4 +387,37 @@ func toDoc(v reflect.Value) any {
 		}
 	}
 	return v.Interface()
+}
+
+// yamlLineRE matches the "yaml: line N: " prefix of the parser's errors.
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlSyntaxError names the line where a YAML syntax error is. The parser
+// reports where the enclosing block began (an indentation error on line 4
+// of a mapping opened on line 2 says "line 2"), so the error line is found
+// as the first line whose prefix of the document fails with the same
+// problem; if none does, the parser's own line stands.
+func yamlSyntaxError(name string, data []byte, err error) error {
+	msg := err.Error()
+	m := yamlLineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return fmt.Errorf("%s: not valid YAML: %w", name, err)
+	}
+	problem := msg[len(m[0]):]
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) <= 2000 {
+		var prefix []byte
+		for i, l := range lines {
+			prefix = append(prefix, l...)
+			var v any
+			perr := yaml.Unmarshal(prefix, &v)
+			if perr == nil {
+				continue
+			}
+			if pm := yamlLineRE.FindStringSubmatch(perr.Error()); pm != nil && perr.Error()[len(pm[0]):] == problem {
+				return fmt.Errorf("%s:%d: not valid YAML: %s", name, i+1, problem)
+			}
+		}
+	}
+	return fmt.Errorf("%s:%s: not valid YAML: %s", name, m[1], problem)
 }
