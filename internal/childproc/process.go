@@ -31,8 +31,10 @@ type Process struct {
 type Options struct {
 	Argv []string
 	Env  []string
-	// LogPath receives the child's output (appended).
-	LogPath string
+	// LogPath receives the child's output (appended, or from empty with
+	// Truncate).
+	LogPath  string
+	Truncate bool
 	// Echo, when set, also receives the child's output as it is written.
 	Echo io.Writer
 }
@@ -42,7 +44,11 @@ func Start(o Options) (*Process, error) {
 	if len(o.Argv) == 0 {
 		return nil, errors.New("empty child command")
 	}
-	logf, err := os.OpenFile(o.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	mode := os.O_APPEND
+	if o.Truncate {
+		mode = os.O_TRUNC
+	}
+	logf, err := os.OpenFile(o.LogPath, os.O_CREATE|os.O_WRONLY|mode, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open child log: %w", err)
 	}

@@ -170,3 +170,13 @@ func TestEnvServeOverOpenEnv(t *testing.T) {
 		})
 	}
 }
+
+// Issue 23: --version prints what the version subcommand prints.
+func TestVersionFlag(t *testing.T) {
+	code, flagOut, errOut := execCLI(t, nil, "--version")
+	require.Equal(t, ExitOK, code, errOut)
+	code, cmdOut, errOut := execCLI(t, nil, "version")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Equal(t, cmdOut, flagOut)
+	assert.True(t, strings.HasPrefix(flagOut, "ortrain "), flagOut)
+}

@@ -9,9 +9,12 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/envtarget"
+	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/openenv"
 	"github.com/ortrain/ortrain/internal/ors"
 	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/train"
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // Exit codes, decided in one place (exitCodeFor).
@@ -73,7 +76,16 @@ func isUsage(err error) bool {
 	var auth *ors.AuthError
 	var rexpr *reward.ExpressionError
 	var rfield *reward.FieldError
+	var noModel *model.NotFoundError
+	var proto *envtarget.ProtocolError
+	var oeAuth *openenv.AuthError
 	switch {
+	case errors.As(err, &noModel): // a missing model is 3 in every command (run, eval, serve-vllm, …)
+		return true
+	case errors.As(err, &proto): // speaks neither protocol (or not the pinned one), whatever protocol says
+		return true
+	case errors.As(err, &oeAuth):
+		return !oeAuth.TokenSent // no token at all: set the variable and run again
 	case errors.As(err, &usage), errors.As(err, &field), errors.As(err, &target), errors.As(err, &split), errors.As(err, &index):
 		return true
 	case errors.As(err, &typ), errors.As(err, &unknown), errors.As(err, &changed):
@@ -112,6 +124,8 @@ func printError(w io.Writer, cmdPath string, err error) {
 		fmt.Fprintf(w, "hint: %s\n", unreachableHint(unreachable.Target))
 	case errors.As(err, &auth):
 		fmt.Fprintln(w, "hint: set OPENREWARD_API_KEY to a valid key, or pass --env http://HOST:PORT for a self-hosted server")
+	case errors.Is(err, worker.ErrTimeout):
+		fmt.Fprintln(w, "hint: a rank of the process group is stalled or gone; check the other ranks' logs, and raise worker.collective_timeout if their rollouts can take longer than it")
 	case isUsage(err):
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmdPath)
 	}

@@ -70,6 +70,7 @@ picks another.`,
 	fs := cmd.Flags()
 	fs.StringVarP(&opts.Run.ConfigFile, "config", "c", "", "YAML config file (default: the embedded quickstart)")
 	fs.StringVar(&opts.Env, "env", "", "evaluate on this env only: a URL, Owner/Env, or builtin:NAME")
+	addEnvTargetFlags(fs, &opts.Run.EnvProtocol, &opts.Run.EnvTokenEnv)
 	fs.StringVar(&opts.Split, "split", "train", "split to evaluate (with --env, or to override every env's split)")
 	fs.IntVar(&opts.NumTasks, "num-tasks", 0, "evaluate the first N tasks of each env (0: as configured)")
 	fs.IntVarP(&opts.NumGenerations, "num-generations", "n", 4, "rollouts per task (pass@k for k up to n)")

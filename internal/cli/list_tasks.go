@@ -34,6 +34,8 @@ type ListTasksOptions struct {
 	// Protocol and TasksFile are for OpenEnv targets (which list no tasks).
 	Protocol  string
 	TasksFile string
+	// TokenEnv names the variable holding --env's bearer token.
+	TokenEnv string
 }
 
 var listTasksFormats = []string{"table", "json", "jsonl"}
@@ -43,13 +45,15 @@ func newListTasksCmd(deps *Deps, runF func(context.Context, *ListTasksOptions) e
 	cmd := &cobra.Command{
 		Use:   "list-tasks --env TARGET",
 		Short: "List an environment's tasks (and tools)",
-		Long: `List the tasks of one split of an ORS environment: an index column plus one
-column per task-spec key. With --tools, also list the tools a policy would see:
+		Long: `List the tasks of one split of an environment: an index column plus one
+column per task-spec key (an OpenEnv env, which has no task list, shows its
+metadata, schemas and MCP tools, and the tasks of --tasks). With --tools, also list the tools a policy would see:
 the shared ones (/tools) and the task-scoped ones, found by opening one real
 session on the first listed task (/task_tools).
 
 TARGET is one of:
-  http://HOST:PORT        a self-hosted ORS server (default env; add /NAME for another)
+  http://HOST:PORT        a self-hosted ORS or OpenEnv server: the protocol is probed
+                          (--protocol pins it); ORS: add /NAME for a non-default env
   Owner/Env               a hosted catalog environment (needs OPENREWARD_API_KEY)
   builtin:NAME            a built-in env, served in-process (` + strings.Join(envs.Names(), ", ") + `)
 
@@ -85,7 +89,7 @@ Environment variables:
 	cmd.Flags().IntVar(&opts.NumTasks, "num-tasks", 0, "list only the first N tasks")
 	cmd.Flags().IntSliceVar(&opts.Indices, "indices", nil, "list only these task indices (e.g. 0,5,7)")
 	cmd.Flags().BoolVar(&opts.Tools, "tools", false, "also list shared and task-scoped tools (opens one session)")
-	cmd.Flags().StringVar(&opts.Protocol, "protocol", "", "ors, openenv or auto (probe the URL); default: a builtin's own protocol, else ors")
+	addEnvTargetFlags(cmd.Flags(), &opts.Protocol, &opts.TokenEnv)
 	cmd.Flags().StringVar(&opts.TasksFile, "tasks", "", "OpenEnv: a tasks file (JSONL of {prompt, reset, split}) to list")
 	cmd.Flags().StringVar(&opts.Format, "format", "table", "output format: "+strings.Join(listTasksFormats, ", "))
 	return cmd
@@ -121,7 +125,7 @@ func runListTasks(ctx context.Context, opts *ListTasksOptions) error {
 		}
 		oe.Tasks = tasks
 	}
-	env, err := envtarget.Resolve(ctx, opts.Env, envtarget.Options{Getenv: opts.Getenv, Logger: opts.Logger, Protocol: opts.Protocol, OpenEnv: oe})
+	env, err := envtarget.Resolve(ctx, opts.Env, envtarget.Options{Getenv: opts.Getenv, Logger: opts.Logger, Protocol: opts.Protocol, TokenEnv: opts.TokenEnv, OpenEnv: oe})
 	if err != nil {
 		return targetError(err)
 	}

@@ -118,7 +118,7 @@ func TestListTasksErrors(t *testing.T) {
 		contains []string
 	}{
 		{"unreachable", []string{"--env", deadURL}, nil, ExitError,
-			[]string{"cannot reach ORS server at " + deadURL, "ortrain env serve echo"}},
+			[]string{"cannot reach " + deadURL, "ortrain env serve echo"}},
 		{"bad split", []string{"--env", "builtin:letters", "--split", "nope"}, nil, ExitUsage,
 			[]string{`--split "nope" is not a split of builtin:letters (valid splits: train, validation, mixed)`}},
 		{"index out of range", []string{"--env", "builtin:echo", "--indices", "1,9"}, nil, ExitUsage,

@@ -106,7 +106,7 @@ func formatCounts(m map[string]int) string {
 // it got, how the reward moved, its best step, where the checkpoint is and
 // how to see the report. The reward history comes from metrics.jsonl, so a
 // resumed run summarises every step, not just this session's.
-func printRunSummary(w io.Writer, res *train.Result) {
+func printRunSummary(w io.Writer, argv0 string, res *train.Result) {
 	if res == nil || res.Steps == 0 {
 		return
 	}
@@ -120,13 +120,16 @@ func printRunSummary(w io.Writer, res *train.Result) {
 			best = h
 		}
 	}
-	fmt.Fprintf(w, "\nrun: %d steps in %s\n", res.Steps, res.RunDir)
+	if argv0 == "" {
+		argv0 = "ortrain"
+	}
+	fmt.Fprintf(w, "\nrun: %s in %s\n", plural(res.Steps, "step"), res.RunDir)
 	fmt.Fprintf(w, "  reward      %.3f (step %d) -> %.3f (step %d)\n", first.reward, first.step, last.reward, last.step)
 	fmt.Fprintf(w, "  best        %.3f at step %d\n", best.reward, best.step)
 	if res.Checkpoint != "" {
 		fmt.Fprintf(w, "  checkpoint  %s\n", res.Checkpoint)
 	}
-	fmt.Fprintf(w, "  report      ortrain report %s\n", res.RunDir)
+	fmt.Fprintf(w, "  report      %s report %s\n", argv0, res.RunDir)
 }
 
 type stepReward struct {
@@ -156,4 +159,12 @@ func rewardHistory(path string) []stepReward {
 		out = append(out, stepReward{*m.Step, *m.Reward})
 	}
 	return out
+}
+
+// plural is "1 step", "2 steps".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

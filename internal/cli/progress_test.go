@@ -73,6 +73,32 @@ func TestLogLinesPrintAboveTheProgressBar(t *testing.T) {
 	}
 }
 
+// Issue 23: a run that completes shows its bar at 3/3, not erased at 2/3,
+// and log lines after it print below it.
+func TestProgressBarReachesTheEnd(t *testing.T) {
+	io, _, errOut := TestIO()
+	io.SetTTY(true, true)
+	log, err := newLogger(io, "info", "console")
+	require.NoError(t, err)
+	prog := newProgress(io, log)
+	prog.start(3, 0)
+	for step := 1; step <= 3; step++ {
+		prog.step(train.StepMetrics{Step: step, Round: grpo.RoundMetrics{Reward: 0.25 * float64(step)}})
+	}
+	log.Info().Msg("checkpoint saved")
+	prog.finish()
+	lines := screen(errOut.String())
+	var barLine string
+	for _, l := range lines {
+		if strings.Contains(l, "step 3 reward") {
+			barLine = l
+		}
+	}
+	require.NotEmpty(t, barLine, "the finished bar stays on screen: %q", lines)
+	assert.Contains(t, barLine, "(3/3")
+	assert.Contains(t, lines[len(lines)-2], "checkpoint saved", "a later log line prints below the bar")
+}
+
 func TestStatusLineWithoutBarPassesThrough(t *testing.T) {
 	io, _, errOut := TestIO()
 	_, err := io.statusLine().Write([]byte("plain line\n"))
@@ -114,7 +140,7 @@ func TestRunSummary(t *testing.T) {
 	ck := filepath.Join(dir, "checkpoints", "step-000003")
 	var buf strings.Builder
 	// A resumed session that ran only step 3: the summary still covers the run.
-	printRunSummary(&buf, &train.Result{RunDir: dir, Steps: 3, Checkpoint: ck,
+	printRunSummary(&buf, "", &train.Result{RunDir: dir, Steps: 3, Checkpoint: ck,
 		First: train.StepMetrics{Step: 3, Round: grpo.RoundMetrics{Reward: 0.5}}, Last: train.StepMetrics{Step: 3, Round: grpo.RoundMetrics{Reward: 0.5}}})
 	out := buf.String()
 	assert.Contains(t, out, "run: 3 steps in "+dir)
@@ -123,7 +149,14 @@ func TestRunSummary(t *testing.T) {
 	assert.Contains(t, out, "checkpoint  "+ck)
 	assert.Contains(t, out, "report      ortrain report "+dir)
 
+	// Issue 23: one step is "1 step", and the report command names the
+	// binary as it was invoked (bin/ortrain after make demo).
 	buf.Reset()
-	printRunSummary(&buf, &train.Result{RunDir: dir})
+	printRunSummary(&buf, "bin/ortrain", &train.Result{RunDir: dir, Steps: 1})
+	assert.Contains(t, buf.String(), "run: 1 step in "+dir)
+	assert.Contains(t, buf.String(), "report      bin/ortrain report "+dir)
+
+	buf.Reset()
+	printRunSummary(&buf, "", &train.Result{RunDir: dir})
 	assert.Empty(t, buf.String(), "no steps, no summary")
 }

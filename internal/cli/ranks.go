@@ -40,7 +40,7 @@ func runRanks(ctx context.Context, opts *RunOptions, cfg *config.Config) error {
 	}
 	opts.Logger.Info().Int("ranks", opts.NProcPerNode).Str("logs", logDir).Msg("starting the ranks of a data-parallel run")
 	err = launch.RunLocal(ctx, launch.LocalOptions{
-		NProc: opts.NProcPerNode, Argv: append([]string{exe}, opts.args()...), Env: env, LogDir: logDir,
+		NProc: opts.NProcPerNode, Argv: append([]string{exe}, opts.args()...), Env: env, LogDir: logDir, FreshLogs: opts.Overwrite,
 		Echo: opts.IO.ErrOut, FailGrace: 10 * time.Second, InterruptGrace: cfg.Worker.SaveTimeout + time.Minute,
 	})
 	var rankErr *launch.RankError

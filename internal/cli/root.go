@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -31,6 +32,9 @@ type Deps struct {
 	Environ func() []string
 	// Executable is the path of the running binary (for re-exec'd children).
 	Executable func() (string, error)
+	// Argv0 is the binary as the user invoked it (bin/ortrain, ortrain), so
+	// the commands ortrain suggests can be pasted as they are.
+	Argv0 string
 }
 
 // SystemDeps returns the real dependencies.
@@ -41,7 +45,20 @@ func SystemDeps() *Deps {
 		Getenv:     os.Getenv,
 		Environ:    os.Environ,
 		Executable: os.Executable,
+		Argv0:      invokedAs(os.Args[0]),
 	}
+}
+
+// invokedAs is how the user typed the binary: a path as given (bin/ortrain),
+// or the bare name when it was found on PATH.
+func invokedAs(arg0 string) string {
+	if arg0 == "" {
+		return "ortrain"
+	}
+	if strings.ContainsRune(arg0, filepath.Separator) {
+		return arg0
+	}
+	return filepath.Base(arg0)
 }
 
 // Main runs ortrain with args and returns the process exit code. SIGINT and
@@ -102,6 +119,8 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
   ortrain list-tasks --env Eigent/SETA --num-tasks 5`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// --version prints what `ortrain version` does.
+		Version: Version(),
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			logger, err := newLogger(deps.IO, g.logLevel, g.logFormat)
 			if err != nil {
@@ -131,6 +150,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 		newProbeWorkerCmd(deps),
 		newReportCmd(deps, nil),
 	)
+	root.SetVersionTemplate(versionLine())
 	return root
 }
 

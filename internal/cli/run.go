@@ -24,6 +24,11 @@ type RunOptions struct {
 
 	Executable func() (string, error)
 	Environ    func() []string
+	// Argv0 names the binary in the commands the summary suggests.
+	Argv0 string
+	// EnvProtocol and EnvTokenEnv pin --env's protocol and name the
+	// variable holding its bearer token (with --env only).
+	EnvProtocol, EnvTokenEnv string
 
 	ConfigFile string
 	Resume     bool
@@ -72,13 +77,21 @@ func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...s
 		}
 		// Every kind is taken as text: the config parses it by the key's
 		// type, so "--max-steps 1.5" is refused in words, not strconv's.
-		fs.String(f.name, "", f.usage+" ("+f.kind+")")
+		// --help still shows the type a user types (--max-steps int).
+		fs.Var(&textFlag{kind: f.kind}, f.name, f.usage)
 		flags[f.key] = fs.Lookup(f.name)
 	}
 }
 
+// textFlag holds a flag's text as given; kind is what --help shows.
+type textFlag struct{ kind, value string }
+
+func (f *textFlag) String() string     { return f.value }
+func (f *textFlag) Set(v string) error { f.value = v; return nil }
+func (f *textFlag) Type() string       { return f.kind }
+
 func newRunCmd(deps *Deps, runF func(context.Context, *RunOptions) error) *cobra.Command {
-	opts := &RunOptions{IO: deps.IO, Getenv: deps.Getenv, Executable: deps.Executable, Environ: deps.Environ, Flags: map[string]*pflag.Flag{}}
+	opts := &RunOptions{IO: deps.IO, Getenv: deps.Getenv, Executable: deps.Executable, Environ: deps.Environ, Argv0: deps.Argv0, Flags: map[string]*pflag.Flag{}}
 	var env string
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -135,6 +148,7 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 	fs := cmd.Flags()
 	fs.StringVarP(&opts.ConfigFile, "config", "c", "", "YAML config file (default: the embedded quickstart)")
 	fs.StringVar(&env, "env", "", "train on this env only: a URL, Owner/Env, or builtin:NAME (replaces the config's envs)")
+	addEnvTargetFlags(fs, &opts.EnvProtocol, &opts.EnvTokenEnv)
 	fs.BoolVar(&opts.Resume, "resume", false, "continue from the latest complete checkpoint in output_dir")
 	fs.BoolVar(&opts.ResumeWithChanges, "resume-with-changes", false, "with --resume: accept changed batch, model or env settings (recorded in output_dir/resume-changes.jsonl)")
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
@@ -186,7 +200,9 @@ func loadRunConfig(opts *RunOptions, env string) (*config.Config, error) {
 		cfg.InitModelPreset = ""
 	}
 	if env != "" {
-		cfg.Envs = []config.EnvConfig{{Target: env, Split: "train", Weight: 1}}
+		cfg.Envs = []config.EnvConfig{{Target: env, Split: "train", Weight: 1, Protocol: opts.EnvProtocol, TokenEnv: opts.EnvTokenEnv}}
+	} else if opts.EnvProtocol != "" || opts.EnvTokenEnv != "" {
+		return nil, usageErrorf("--protocol and --token-env go with --env; for the config's envs set envs[].protocol and envs[].token_env")
 	}
 	return cfg, nil
 }
@@ -245,7 +261,7 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	ro.OnStart, ro.OnMetrics, ro.OnRollout = prog.start, prog.step, prog.rollout
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
-	printRunSummary(opts.IO.ErrOut, res)
+	printRunSummary(opts.IO.ErrOut, opts.Argv0, res)
 	if err != nil {
 		return err
 	}
@@ -301,4 +317,11 @@ func envVarHelp() string {
 	b.WriteString("  HF_HUB_CACHE, HF_HOME    where Hugging Face repo ids are looked up\n")
 	b.WriteString("  ORTRAIN_<KEY>            any config key, e.g. ORTRAIN_GRPO_LEARNING_RATE, ORTRAIN_ROLLOUT_CALL_TIMEOUT")
 	return b.String()
+}
+
+// addEnvTargetFlags registers the flags that go with --env on every command
+// that takes one.
+func addEnvTargetFlags(fs *pflag.FlagSet, protocol, tokenEnv *string) {
+	fs.StringVar(protocol, "protocol", "", "the protocol --env speaks: ors, openenv or auto (default: a URL is probed, a builtin speaks its own, Owner/Env is ORS)")
+	fs.StringVar(tokenEnv, "token-env", "", "environment variable holding a bearer token for --env (OpenEnv: a private HF Space or a secured server; default HF_TOKEN for *.hf.space)")
 }

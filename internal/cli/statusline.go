@@ -41,7 +41,6 @@ func (s *statusLine) showBar(max int, desc string, extra ...progressbar.Option) 
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionClearOnFinish(),
 	}, extra...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -50,16 +49,21 @@ func (s *statusLine) showBar(max int, desc string, extra ...progressbar.Option) 
 }
 
 // update changes the bar (Set, Add, Describe) under the lock; it does
-// nothing when no bar is shown.
+// nothing when no bar is shown. A bar that reaches its end stays on screen
+// as its last line (100/100 and the elapsed time); later writes go below it.
 func (s *statusLine) update(f func(*progressbar.ProgressBar)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bar != nil {
 		f(s.bar)
+		if s.bar.IsFinished() {
+			_, _ = io.WriteString(s.out, "\n")
+			s.bar = nil
+		}
 	}
 }
 
-// hideBar erases the bar; later writes go straight to out.
+// hideBar erases an unfinished bar; later writes go straight to out.
 func (s *statusLine) hideBar() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -31,8 +31,13 @@ func newVersionCmd(deps *Deps) *cobra.Command {
 		Short: "Print the ortrain version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintf(deps.IO.Out, "ortrain %s (%s, %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprint(deps.IO.Out, versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine is the one line `ortrain version` and `ortrain --version` print.
+func versionLine() string {
+	return fmt.Sprintf("ortrain %s (%s, %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

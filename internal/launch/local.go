@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -25,6 +26,9 @@ type LocalOptions struct {
 	Env  []string
 	// LogDir receives rank-<i>.log for every rank.
 	LogDir string
+	// FreshLogs starts every rank's log empty and removes the logs of ranks
+	// this launch does not have (run --overwrite); else logs are appended.
+	FreshLogs bool
 	// MasterPort is rank 0's store port; 0 picks a free one.
 	MasterPort int
 	// Echo receives rank 0's output as it is written (the others' is in
@@ -103,8 +107,11 @@ func RunLocal(ctx context.Context, o LocalOptions) error {
 			p.Stop(grace)
 		}
 	}
+	if o.FreshLogs {
+		removeStaleRankLogs(o.LogDir, o.NProc)
+	}
 	for i := range o.NProc {
-		opts := childproc.Options{Argv: o.Argv, Env: RankEnv(o.Env, i, o.NProc, port), LogPath: filepath.Join(o.LogDir, fmt.Sprintf("rank-%d.log", i))}
+		opts := childproc.Options{Argv: o.Argv, Env: RankEnv(o.Env, i, o.NProc, port), LogPath: filepath.Join(o.LogDir, fmt.Sprintf("rank-%d.log", i)), Truncate: o.FreshLogs}
 		if i == 0 {
 			opts.Echo = o.Echo
 		}
@@ -163,4 +170,16 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// removeStaleRankLogs deletes rank-<i>.log for i >= nproc: the logs of an
+// earlier launch with more ranks.
+func removeStaleRankLogs(dir string, nproc int) {
+	paths, _ := filepath.Glob(filepath.Join(dir, "rank-*.log"))
+	for _, p := range paths {
+		var i int
+		if _, err := fmt.Sscanf(filepath.Base(p), "rank-%d.log", &i); err == nil && i >= nproc {
+			_ = os.Remove(p)
+		}
+	}
 }

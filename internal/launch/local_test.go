@@ -123,3 +123,23 @@ func TestRunLocalKillsRanksThatIgnoreInterrupts(t *testing.T) {
 	assert.Less(t, time.Since(start), 15*time.Second)
 	assertNoRankLeft(t, dir, 2)
 }
+
+// Issue 23: run --overwrite starts the rank logs afresh: an earlier launch's
+// lines and the logs of ranks this launch does not have are gone.
+func TestRunLocalFreshLogs(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 3 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", i)), []byte("earlier launch\n"), 0o644))
+	}
+	var echo strings.Builder
+	o := LocalOptions{NProc: 2, Argv: []string{os.Args[0], "-test.run=^$"}, LogDir: dir, Echo: &echo, FreshLogs: true, MasterPort: 29998}
+	o.Env = append(os.Environ(), "LAUNCH_TEST_RANK_MODE=ok", "LAUNCH_TEST_DIR="+dir)
+	require.NoError(t, RunLocal(context.Background(), o))
+	for i := range 2 {
+		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", i)))
+		require.NoError(t, err)
+		assert.NotContains(t, string(log), "earlier launch")
+		assert.Contains(t, string(log), fmt.Sprintf("rank %d of 2", i))
+	}
+	assert.NoFileExists(t, filepath.Join(dir, "rank-2.log"))
+}

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -161,6 +164,18 @@ func TestQuickstartRunAndResume(t *testing.T) {
 	assert.Equal(t, 5.0, metrics[4]["step"])
 	assert.Greater(t, metrics[4]["num_tokens"], metrics[3]["num_tokens"], "cumulative counters continue")
 	assert.FileExists(t, filepath.Join(out, "checkpoints", "step-000006", "DONE"))
+	// Issue 23: a resume keeps the run's start and records itself apart.
+	var resumed manifest
+	require.NoError(t, ReadJSON(filepath.Join(out, "manifest.json"), &resumed))
+	assert.Equal(t, man.StartedAt, resumed.StartedAt)
+	assert.Len(t, resumed.ResumedAt, 1)
+
+	// --resume of a finished run changes nothing in the run directory.
+	before := snapshotFiles(t, out)
+	res, err = Run(context.Background(), quickstart(t, out, 6), RunOptions{Logger: log, Getenv: func(string) string { return "" }, Version: "test", Resume: true})
+	require.NoError(t, err)
+	assert.Equal(t, 6, res.Steps)
+	assert.Equal(t, before, snapshotFiles(t, out), "a finished run resumed writes nothing")
 
 	// A fresh run into the same directory is refused; --overwrite starts over.
 	_, err = Run(context.Background(), quickstart(t, out, 1), RunOptions{Logger: log, Getenv: func(string) string { return "" }})
@@ -263,4 +278,22 @@ func TestQuickstartVLLMEngineLearnsLikeBuiltin(t *testing.T) {
 		assert.Less(t, viaVLLM[i]["sampling/sampling_logp_difference/max"], 1e-3, "step %d", i+1)
 	}
 	t.Logf("reward step 1 %.4f -> step %d %.4f (both engines)", viaVLLM[0]["reward"], steps, viaVLLM[steps-1]["reward"])
+}
+
+// snapshotFiles maps every file under dir to its size and modification time.
+func snapshotFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out[path] = fmt.Sprintf("%d %s", info.Size(), info.ModTime().Format(time.RFC3339Nano))
+		return nil
+	}))
+	return out
 }

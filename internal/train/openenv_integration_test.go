@@ -4,12 +4,15 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/envs"
+	"github.com/ortrain/ortrain/internal/openenv/openenvserver"
 )
 
 // lettersOverOpenEnv is the quickstart's env served over OpenEnv as an MCP
@@ -86,4 +89,27 @@ func TestEvaluateOverOpenEnv(t *testing.T) {
 	assert.Equal(t, 4, res.Rollouts)
 	assert.Zero(t, res.Failures)
 	assert.Equal(t, "letters", res.Tasks[0].Env)
+}
+
+// Issue 23: capacity refusals are retried and counted in the metrics as
+// env/<key>/capacity_waits, not only in debug logs.
+func TestCapacityWaitsAreCounted(t *testing.T) {
+	requireWorker(t)
+	srv, err := envs.ServeLocalProtocol(context.Background(), "letters", envs.ProtocolOpenEnv,
+		envs.ServeOptions{OpenEnv: openenvserver.Options{MaxSessions: 2}, ToolLatency: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 2)
+	cfg.GRPO.SaveSteps = 0
+	cfg.Envs = []config.EnvConfig{{Target: srv.URL, Split: "train", Weight: 1, Name: "full", Protocol: "openenv", NumTasks: 8}}
+	_, err = Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	var waits float64
+	for _, m := range readMetrics(t, out) {
+		require.Contains(t, m, "env/full/capacity_waits")
+		waits += m["env/full/capacity_waits"]
+		assert.Zero(t, m["rollouts/env_error"])
+	}
+	assert.Positive(t, waits, "32 rollouts a step against 2 sessions wait for capacity")
 }

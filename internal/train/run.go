@@ -13,6 +13,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/rollout"
@@ -66,11 +67,17 @@ type Result struct {
 // Run trains with cfg until max_steps, or until ctx is cancelled: then it
 // stops new rollouts, closes their sessions, saves a checkpoint and returns
 // an error wrapping ErrInterrupted.
-func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error) {
+func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, err error) {
 	plan, err := planRun(cfg, ro)
 	if err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() {
+		if err != nil && !started {
+			removeCreatedDirs(plan.createdDirs)
+		}
+	}()
 	st, err := buildStack(ctx, cfg, stackOptions{
 		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger, world: ro.World,
 		engine: func(ctx context.Context, modelDir string, p *workerPolicy, st *stack) (engine.Generator, error) {
@@ -96,8 +103,15 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 	if st.group != nil {
 		loop.dist = st.group
 	}
+	if ro.Resume && loop.Step() >= loop.cfg.MaxSteps {
+		// A finished run resumed: nothing to train, so nothing is written
+		// (config.yaml, manifest.json and the logs stay as the run left them).
+		ro.Logger.Info().Int("step", loop.Step()).Int("max_steps", loop.cfg.MaxSteps).
+			Msg("the run is already finished; nothing to do (raise --max-steps to train further)")
+		return &Result{RunDir: cfg.OutputDir, Steps: loop.Step(), Checkpoint: plan.resumeDir, savedStep: loop.Step()}, nil
+	}
 	if ro.Overwrite && ro.rank0() {
-		if err := clearEarlierRun(cfg.OutputDir); err != nil {
+		if err := clearEarlierRun(cfg.OutputDir, ro.World.Distributed()); err != nil {
 			return nil, err
 		}
 	}
@@ -108,8 +122,9 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (*Result, error
 		}
 	}
 	defer rd.close()
-	res := &Result{RunDir: cfg.OutputDir}
-	wireHooks(loop, rd, res, st.policy, cfg, ro)
+	started = true
+	res = &Result{RunDir: cfg.OutputDir}
+	wireHooks(loop, rd, res, st.policy, cfg, ro, st.envs)
 	if ro.OnStart != nil {
 		ro.OnStart(loop.cfg.MaxSteps, loop.Step())
 	}
@@ -124,6 +139,9 @@ type runPlan struct {
 	resumeDir  string // "" for a fresh run
 	resumeStep int
 	changes    []config.Change // accepted by --resume-with-changes
+	// createdDirs are the directories planRun created for output_dir,
+	// deepest first: a start that fails removes them again while empty.
+	createdDirs []string
 }
 
 // planRun validates the batch and loss settings and prepares output_dir:
@@ -134,6 +152,7 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if err != nil {
 		return p, err
 	}
+	p.createdDirs = missingDirs(cfg.OutputDir)
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return p, fmt.Errorf("create output_dir: %w", err)
 	}
@@ -305,9 +324,11 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 }
 
 // wireHooks connects the loop to the run directory and the caller.
-func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *config.Config, ro RunOptions) {
+func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *config.Config, ro RunOptions, envList []*runEnv) {
 	loop.OnRolloutDone = ro.OnRollout
+	waits := newCapacityWaits(envList)
 	loop.OnMetrics = func(m StepMetrics) {
+		waits.addTo(&m)
 		if res.First.Step == 0 {
 			res.First = m
 		}
@@ -339,5 +360,59 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 			ro.Logger.Info().Str("path", path).Int("step", step).Msg("checkpoint saved")
 		}
 		return err
+	}
+}
+
+// missingDirs lists dir and those of its parents that do not exist yet,
+// deepest first.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			return out
+		}
+		out = append(out, d)
+		if filepath.Dir(d) == d {
+			return out
+		}
+	}
+}
+
+// removeCreatedDirs removes what missingDirs listed, deepest first, as long
+// as each is empty: a run that fails to start leaves no empty output_dir
+// behind, and never deletes what someone else put there meanwhile.
+func removeCreatedDirs(dirs []string) {
+	for _, d := range dirs {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
+}
+
+// capacityWaits turns the envs' running totals of capacity refusals (a
+// session retried because the server was full) into per-step metrics,
+// env/<key>/capacity_waits, so a run held back by its envs' capacity says
+// so in its metrics and not only in a log line.
+type capacityWaits struct {
+	envs []*runEnv
+	last []int64
+}
+
+func newCapacityWaits(envs []*runEnv) *capacityWaits {
+	return &capacityWaits{envs: envs, last: make([]int64, len(envs))}
+}
+
+func (c *capacityWaits) addTo(m *StepMetrics) {
+	for i, e := range c.envs {
+		w, ok := e.Conn.(envtarget.CapacityWaiter)
+		if !ok {
+			continue
+		}
+		total := w.CapacityWaits()
+		if m.Extra == nil {
+			m.Extra = map[string]float64{}
+		}
+		m.Extra["env/"+e.Key+"/capacity_waits"] = float64(total - c.last[i])
+		c.last[i] = total
 	}
 }

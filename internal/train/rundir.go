@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,15 +31,18 @@ import (
 
 // Manifest records what a run was made of, for reproducibility.
 type manifest struct {
-	OrtrainVersion  string          `json:"ortrain_version"`
-	WorkerVersion   string          `json:"worker_version,omitempty"`
-	LibtorchVersion string          `json:"libtorch_version,omitempty"`
-	Model           string          `json:"model"`
-	ModelHash       string          `json:"model_hash"`
-	Seed            int64           `json:"seed"`
-	Envs            []manifestEnv   `json:"envs"`
-	StartedAt       string          `json:"started_at"`
-	Extra           json.RawMessage `json:"extra,omitempty"`
+	OrtrainVersion  string        `json:"ortrain_version"`
+	WorkerVersion   string        `json:"worker_version,omitempty"`
+	LibtorchVersion string        `json:"libtorch_version,omitempty"`
+	Model           string        `json:"model"`
+	ModelHash       string        `json:"model_hash"`
+	Seed            int64         `json:"seed"`
+	Envs            []manifestEnv `json:"envs"`
+	StartedAt       string        `json:"started_at"`
+	// ResumedAt lists when --resume continued the run (started_at stays
+	// the run's first start).
+	ResumedAt []string        `json:"resumed_at,omitempty"`
+	Extra     json.RawMessage `json:"extra,omitempty"`
 }
 
 // ManifestEnv is one env of the run with the task indices it draws from.
@@ -276,11 +280,22 @@ func checkFreshRunDir(dir string, ro RunOptions) error {
 	return nil
 }
 
-// clearEarlierRun deletes an earlier run's files for --overwrite. It runs
-// only once the new run has passed its startup checks and is about to
-// write, so a run that cannot start leaves the earlier one intact.
-func clearEarlierRun(dir string) error {
-	for _, f := range earlierRun(dir) {
+// derivedFiles are what a run, its evals and its tools add beside runFiles.
+// ranks/ holds the local launcher's rank logs: a launch with --overwrite
+// starts them afresh itself (launch.LocalOptions.FreshLogs), so a rank of a
+// distributed run leaves them alone.
+var derivedFiles = []string{"eval", "report.html", "tb", "resume-changes.jsonl", "vllm-logs", "weight-sync", "ranks"}
+
+// clearEarlierRun deletes an earlier run's files for --overwrite: what it
+// wrote and what was derived from it (evals, the report, TensorBoard
+// events, rank logs). It runs only once the new run has passed its startup
+// checks and is about to write, so a run that cannot start leaves the
+// earlier one intact.
+func clearEarlierRun(dir string, distributed bool) error {
+	for _, f := range append(slices.Clone(runFiles), derivedFiles...) {
+		if f == "ranks" && distributed {
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
 			return fmt.Errorf("--overwrite: %w", err)
 		}
@@ -345,6 +360,12 @@ func openRunDir(cfg *config.Config, modelDir string, envList []*runEnv, ro RunOp
 	man := manifest{
 		OrtrainVersion: ro.Version, LibtorchVersion: info.LibtorchVersion, WorkerVersion: fmt.Sprint(info.ABIVersion),
 		Model: modelDir, ModelHash: hash, Seed: cfg.Seed, StartedAt: time.Now().UTC().Format(time.RFC3339),
+	}
+	if ro.Resume {
+		var prev manifest
+		if err := ReadJSON(filepath.Join(cfg.OutputDir, "manifest.json"), &prev); err == nil && prev.StartedAt != "" {
+			man.StartedAt, man.ResumedAt = prev.StartedAt, append(prev.ResumedAt, man.StartedAt)
+		}
 	}
 	for _, e := range envList {
 		man.Envs = append(man.Envs, manifestEnv{Key: e.Key, Target: e.Config.Target, Name: e.Name, Protocol: string(e.Conn.Protocol()),

@@ -81,9 +81,19 @@ func TestCheckFreshRunDir(t *testing.T) {
 
 	require.NoError(t, checkFreshRunDir(dir, RunOptions{Overwrite: true}))
 	assert.FileExists(t, filepath.Join(dir, "metrics.jsonl"), "--overwrite deletes nothing before the run is about to write")
-	require.NoError(t, clearEarlierRun(dir))
-	assert.NoFileExists(t, filepath.Join(dir, "metrics.jsonl"))
-	assert.NoDirExists(t, filepath.Join(dir, "checkpoints"))
+	// Issue 23: what was derived from the earlier run goes too.
+	for _, d := range []string{"eval/000001-x", "tb", "ranks"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "report.html"), []byte("<html>"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ranks", "rank-1.log"), []byte("old"), 0o644))
+	require.NoError(t, clearEarlierRun(dir, true))
+	assert.DirExists(t, filepath.Join(dir, "ranks"), "a rank of a distributed run leaves the launcher's logs")
+	require.NoError(t, clearEarlierRun(dir, false))
+	for _, f := range []string{"metrics.jsonl", "checkpoints", "eval", "tb", "report.html", "ranks"} {
+		assert.NoFileExists(t, filepath.Join(dir, f))
+		assert.NoDirExists(t, filepath.Join(dir, f))
+	}
 	assert.FileExists(t, filepath.Join(dir, "notes.txt"), "files a run does not write are kept")
 }
 
