@@ -51,17 +51,51 @@ func (e *envProcess) kill() {
 	_ = e.cmd.Wait()
 }
 
-// waitSteps blocks until metrics.jsonl in dir holds at least n lines.
+// stallLimit is how long a run may go without logging a step before a
+// test calls it hung: a stall clock, not a deadline for the whole run, so a
+// busy machine makes a run slow but never fails it.
+const stallLimit = 5 * time.Minute
+
+// waitSteps blocks until metrics.jsonl in dir holds at least n lines, or
+// fails when the run ends first or logs no new step for stallLimit.
 func waitSteps(t *testing.T, dir string, n int, done <-chan error) {
 	t.Helper()
-	deadline := time.After(5 * time.Minute)
-	for lines(filepath.Join(dir, "metrics.jsonl")) < n {
+	last, lastAt := -1, time.Now()
+	for {
+		got := lines(filepath.Join(dir, "metrics.jsonl"))
+		if got >= n {
+			return
+		}
+		if got != last {
+			last, lastAt = got, time.Now()
+		}
+		if time.Since(lastAt) > stallLimit {
+			t.Fatalf("stalled at step %d of %d: no new step for %v", got, n, stallLimit)
+		}
 		select {
 		case err := <-done:
 			t.Fatalf("the run ended before step %d: %v", n, err)
-		case <-deadline:
-			t.Fatalf("no step %d within 5 minutes", n)
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitDone waits for the run to end, failing only when it logs no new step
+// for stallLimit.
+func waitDone(t *testing.T, dir string, done <-chan error) error {
+	t.Helper()
+	last, lastAt := -1, time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+		if got := lines(filepath.Join(dir, "metrics.jsonl")); got != last {
+			last, lastAt = got, time.Now()
+		}
+		if time.Since(lastAt) > stallLimit {
+			t.Fatalf("the run stalled at step %d: no new step for %v", last, stallLimit)
 		}
 	}
 }
@@ -121,12 +155,7 @@ func TestChaos(t *testing.T) {
 	<-done
 
 	_, done = trainer("--resume")
-	select {
-	case err := <-done:
-		require.NoError(t, err, "the resumed run completes")
-	case <-time.After(10 * time.Minute):
-		t.Fatal("the resumed run did not finish")
-	}
+	require.NoError(t, waitDone(t, out, done), "the resumed run completes")
 
 	metrics := readStepMetrics(t, out)
 	require.Len(t, metrics, 40, "every step logged once")
