@@ -154,7 +154,7 @@ func TestInitTokenizerJSON(t *testing.T) {
 
 	assert.Equal(t, "BPE", tok.Model.Type)
 	assert.Empty(t, tok.Model.Merges)
-	assert.JSONEq(t, "null", string(tok.Normalizer))
+	assert.JSONEq(t, `{"type":"NFC"}`, string(tok.Normalizer), "Qwen2Tokenizer's NFC, declared where ortrain reads it")
 	assert.Equal(t, "ByteLevel", tok.Decoder.Type)
 	require.Len(t, tok.PreTokenizer.PreTokenizers, 2)
 	assert.Equal(t, "Split", tok.PreTokenizer.PreTokenizers[0].Type)

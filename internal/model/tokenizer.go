@@ -104,8 +104,12 @@ const qwen2PreTokenizerRegex = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\
 // tokenizer in the HF tokenizers format, laid out like Qwen's: a BPE model
 // whose vocabulary is the 256 byte symbols with no merges (so every byte is
 // one token), Qwen's Split regex followed by ByteLevel as pre-tokenizer,
-// ByteLevel post-processor and decoder, no normalizer. Keys and vocabulary
-// entries are in the order the tokenizers library writes them.
+// ByteLevel post-processor and decoder, and Qwen2's NFC normalizer: the
+// tokenizer_config.json names Qwen2Tokenizer, which transformers (5.x)
+// normalizes to NFC whatever tokenizer.json says, so the file declares it
+// and ortrain (which follows the file) splits text as transformers and vLLM
+// do. Keys and vocabulary entries are in the order the tokenizers library
+// writes them.
 func ByteTokenizerJSON() json.Marshaler {
 	_, symbols := ByteToUnicode()
 	vocab := make(orderedObject, len(symbols))
@@ -118,7 +122,7 @@ func ByteTokenizerJSON() json.Marshaler {
 		{"truncation", nil},
 		{"padding", nil},
 		{"added_tokens", ByteTokenizerAddedTokens()},
-		{"normalizer", nil},
+		{"normalizer", orderedObject{{"type", "NFC"}}},
 		{"pre_tokenizer", orderedObject{
 			{"type", "Sequence"},
 			{"pretokenizers", []any{
