@@ -3,8 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -29,6 +34,12 @@ type RunOptions struct {
 	// EnvProtocol and EnvTokenEnv pin --env's protocol and name the
 	// variable holding its bearer token (with --env only).
 	EnvProtocol, EnvTokenEnv string
+	// InterruptAfter (hidden --interrupt-after STEP[+DELAY]) sends this
+	// process a real SIGINT DELAY after step STEP is logged (at the latest
+	// when step STEP+1 is): fault injection
+	// for the resume tests, timed by the run's own progress rather than by a
+	// test reading its log, which a busy machine can leave steps behind.
+	InterruptAfter string
 
 	ConfigFile string
 	Resume     bool
@@ -154,6 +165,8 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
+	fs.StringVar(&opts.InterruptAfter, "interrupt-after", "", "fault injection: SIGINT this run DELAY after step STEP (STEP[+DELAY], e.g. 3+120ms)")
+	_ = fs.MarkHidden("interrupt-after")
 	fs.IntVar(&opts.NProcPerNode, "nproc-per-node", 1, "data-parallel ranks to start on this machine (each trains on per_device_train_batch_size rows of every micro-batch; RANK/WORLD_SIZE or srun set ranks across machines)")
 	opts.args = func() []string { return rankArgs(cmd) }
 	addConfigFlags(fs, opts.Flags)
@@ -259,6 +272,25 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	ro := runOptions(opts)
 	ro.World = world
 	ro.OnStart, ro.OnMetrics, ro.OnRollout = prog.start, prog.step, prog.rollout
+	if opts.InterruptAfter != "" {
+		step, delay, err := parseInterruptAfter(opts.InterruptAfter)
+		if err != nil {
+			return err
+		}
+		// The signal lands DELAY after step STEP, or at step STEP+1 if
+		// that comes first: inside step STEP+1 either way.
+		var once sync.Once
+		interrupt := func() { once.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGINT) }) }
+		ro.OnMetrics = func(m train.StepMetrics) {
+			prog.step(m)
+			switch m.Step {
+			case step:
+				time.AfterFunc(delay, interrupt)
+			case step + 1:
+				interrupt()
+			}
+		}
+	}
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
 	printRunSummary(opts.IO.ErrOut, opts.Argv0, res)
@@ -324,4 +356,18 @@ func envVarHelp() string {
 func addEnvTargetFlags(fs *pflag.FlagSet, protocol, tokenEnv *string) {
 	fs.StringVar(protocol, "protocol", "", "the protocol --env speaks: ors, openenv or auto (default: a URL is probed, a builtin speaks its own, Owner/Env is ORS)")
 	fs.StringVar(tokenEnv, "token-env", "", "environment variable holding a bearer token for --env (OpenEnv: a private HF Space or a secured server; default HF_TOKEN for *.hf.space)")
+}
+
+// parseInterruptAfter reads --interrupt-after STEP[+DELAY].
+func parseInterruptAfter(v string) (step int, delay time.Duration, err error) {
+	s, d, hasDelay := strings.Cut(v, "+")
+	if step, err = strconv.Atoi(s); err != nil || step < 1 {
+		return 0, 0, usageErrorf("--interrupt-after %q: want STEP[+DELAY] with STEP >= 1, e.g. 3+120ms", v)
+	}
+	if hasDelay {
+		if delay, err = time.ParseDuration(d); err != nil || delay < 0 {
+			return 0, 0, usageErrorf("--interrupt-after %q: want STEP[+DELAY] with a duration DELAY, e.g. 3+120ms", v)
+		}
+	}
+	return step, delay, nil
 }
