@@ -300,6 +300,9 @@ func (c *Config) validate(file string) error {
 	if err := validateRopeScaling(c.RopeScaling); err != nil {
 		return bad("rope_scaling", "%v", err)
 	}
+	if b, ok := c.Extra["mlp_bias"]; ok && string(b) == "true" {
+		return bad("mlp_bias", "true is not supported: the worker's MLP (gate, up and down projections) has no biases; use a checkpoint without mlp_bias")
+	}
 	if !slices.Contains(supportedTorchDTypes, c.TorchDType) {
 		return bad("torch_dtype", "%q is not supported; want one of %s", c.TorchDType, strings.Join(supportedTorchDTypes, ", "))
 	}
@@ -396,6 +399,41 @@ func (c *Config) HasQKVBias() bool { return c.ModelType == "qwen2" || c.Attentio
 // HasOProjBias reports whether o_proj carries a bias (Llama attention_bias;
 // Qwen2 never has one).
 func (c *Config) HasOProjBias() bool { return c.ModelType != "qwen2" && c.AttentionBias }
+
+// SlidingWindow is the attention window some layers of the model use, in
+// tokens (0: every layer attends to the whole sequence), as transformers
+// reads it: layer_types naming "sliding_attention"; Mistral's
+// sliding_window; Qwen2/Qwen3's use_sliding_window for the layers from
+// max_window_layers on. The worker attends to the whole sequence, which
+// equals windowed attention only while sequences fit the window.
+func (c *Config) SlidingWindow() int {
+	var window int
+	if raw, ok := c.Extra["sliding_window"]; !ok || json.Unmarshal(raw, &window) != nil || window <= 0 {
+		return 0
+	}
+	var layerTypes []string
+	if raw, ok := c.Extra["layer_types"]; ok && json.Unmarshal(raw, &layerTypes) == nil && layerTypes != nil {
+		if slices.Contains(layerTypes, "sliding_attention") {
+			return window
+		}
+		return 0
+	}
+	switch c.ModelType {
+	case "mistral":
+		return window
+	case "qwen2", "qwen3":
+		var use bool
+		var from int
+		if raw, ok := c.Extra["use_sliding_window"]; !ok || json.Unmarshal(raw, &use) != nil || !use {
+			return 0
+		}
+		if raw, ok := c.Extra["max_window_layers"]; ok && json.Unmarshal(raw, &from) == nil && from >= c.NumHiddenLayers {
+			return 0
+		}
+		return window
+	}
+	return 0
+}
 
 // HasQKNorm reports whether attention has per-head RMSNorm on q and k (Qwen3).
 func (c *Config) HasQKNorm() bool { return c.ModelType == "qwen3" }

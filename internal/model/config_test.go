@@ -276,3 +276,41 @@ func TestParseConfigTransformers5Keys(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "rope_parameters", fe.Field)
 }
+
+// Issue 24 (found by the Hugging Face parity check): configs whose
+// attention ortrain would compute differently from transformers are named,
+// not trained on silently.
+func TestSlidingWindowAndMLPBias(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		typ    string
+		extra  map[string]string
+		window int
+	}{
+		{"mistral window", "mistral", map[string]string{"sliding_window": "4096"}, 4096},
+		{"mistral no window", "mistral", map[string]string{"sliding_window": "null"}, 0},
+		{"qwen2 off", "qwen2", map[string]string{"sliding_window": "16", "use_sliding_window": "false", "max_window_layers": "1"}, 0},
+		{"qwen2 on", "qwen2", map[string]string{"sliding_window": "16", "use_sliding_window": "true", "max_window_layers": "1"}, 16},
+		{"qwen2 on but no layer from max_window_layers", "qwen2", map[string]string{"sliding_window": "16", "use_sliding_window": "true", "max_window_layers": "2"}, 0},
+		{"layer_types", "llama", map[string]string{"sliding_window": "8", "layer_types": `["full_attention","sliding_attention"]`}, 8},
+		{"layer_types all full", "mistral", map[string]string{"sliding_window": "8", "layer_types": `["full_attention","full_attention"]`}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{ModelType: tc.typ, NumHiddenLayers: 2, Extra: map[string]json.RawMessage{}}
+			for k, v := range tc.extra {
+				c.Extra[k] = json.RawMessage(v)
+			}
+			assert.Equal(t, tc.window, c.SlidingWindow())
+		})
+	}
+	preset, ok := PresetByName("tiny")
+	require.True(t, ok)
+	dir := t.TempDir()
+	require.NoError(t, InitOverwrite(dir, preset, 1))
+	c, err := LoadConfig(dir)
+	require.NoError(t, err)
+	c.Extra["mlp_bias"] = json.RawMessage("true")
+	var fe *FieldError
+	require.ErrorAs(t, c.Validate(), &fe)
+	assert.Equal(t, "mlp_bias", fe.Field)
+}
