@@ -257,7 +257,21 @@ func envKeys() map[string]string {
 // are read elsewhere (the worker library path, test and build switches), so
 // they are not reported as misspelled.
 func OtherEnvVars() []string {
-	return []string{"ORTRAIN_WORKER_LIB", "ORTRAIN_REQUIRE_WORKER", "ORTRAIN_BUILD_DIR", "ORTRAIN_PROBE_CHILD"}
+	return []string{"ORTRAIN_WORKER_LIB", "ORTRAIN_REQUIRE_WORKER", "ORTRAIN_BUILD_DIR", "ORTRAIN_PROBE_CHILD", "ORTRAIN_SKIP_TEST_TOOLS"}
+}
+
+// toolEnvPrefixes are the ORTRAIN_* prefixes of the scripts' own settings
+// (the forky and CUDA roots, the Hugging Face parity check, apt logs): a
+// shell that exported one for a script can still run ortrain.
+var toolEnvPrefixes = []string{"ORTRAIN_FORKY_", "ORTRAIN_CUDA_", "ORTRAIN_HF_", "ORTRAIN_APT_"}
+
+func isToolEnvVar(name string) bool {
+	for _, p := range toolEnvPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // unknownEnvVars reports every ORTRAIN_* variable in environ (KEY=VALUE
@@ -272,7 +286,7 @@ func unknownEnvVars(environ []string) []*UnknownKeyError {
 			continue
 		}
 		seen[name] = true
-		if _, ok := valid[name]; ok || slices.Contains(OtherEnvVars(), name) {
+		if _, ok := valid[name]; ok || slices.Contains(OtherEnvVars(), name) || isToolEnvVar(name) {
 			continue
 		}
 		out = append(out, &UnknownKeyError{Source: EnvironmentSource, Key: name, Suggestion: suggestEnvVar(name, valid)})
