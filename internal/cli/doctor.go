@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,9 +59,10 @@ func newDoctorCmd(deps *Deps, runF func(context.Context, *DoctorOptions) error) 
 		Short: "Report what is installed: the worker library, libtorch, CUDA devices, vLLM",
 		Long: `Check what ortrain can use on this machine and say how to fix what is missing.
 One line per capability: the ortrain binary, the libtorch worker library (where it
-was found, which libtorch it was built against, its ABI), CUDA devices seen by
-libtorch, the BLAS libtorch uses on CPU, and vLLM. Each ✗ line carries the command
-that fixes it. The worker library is opened in a short-lived child process, so a
+was found, which libtorch it was built against, its ABI), the c10d backends compiled
+into it (Gloo, NCCL), whether libtorch's TCPStore has libuv, whether CPU sampling
+reaches oneDNN's sgemm, CUDA devices seen by libtorch, the BLAS libtorch uses on CPU,
+and vLLM. Each ✗ line carries the command that fixes it or what it costs. The worker library is opened in a short-lived child process, so a
 broken libtorch cannot crash doctor itself.
 
 Exit status 1 when a capability training needs (the worker library) is missing;
@@ -163,6 +165,8 @@ func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
 	}
 	checks = append(checks, Check{Name: "libtorch", OK: true, Required: true, Detail: fmt.Sprintf(
 		"%s (worker ABI %d, CXX11 ABI %v, %d intra-op threads by default)", info.LibtorchVersion, info.ABIVersion, info.CXX11ABI, info.Threads)})
+	checks = append(checks, c10dChecks(info)...)
+	checks = append(checks, storeCheck(info), oneDNNCheck(info))
 	if info.CUDADevices > 0 {
 		checks = append(checks, Check{Name: "CUDA", OK: true, Detail: fmt.Sprintf("%d device(s): use device cuda:0 …", info.CUDADevices)})
 	} else {
@@ -171,6 +175,56 @@ func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
 		checks = append(checks, blasCheck())
 	}
 	return append(checks, vllmCheck(opts))
+}
+
+// rebuildFix is the fix for a report the worker library predates.
+const rebuildFix = "rebuild the worker library: scripts/build-worker.sh"
+
+// c10dChecks report the process-group backends compiled into the worker.
+func c10dChecks(info worker.Info) []Check {
+	gloo := Check{Name: "c10d Gloo", OK: true, Detail: "compiled in: data-parallel training on CPU"}
+	if !slices.Contains(info.DistBackends, "gloo") {
+		gloo = Check{Name: "c10d Gloo", Detail: "not compiled in: data-parallel training on CPU (--nproc-per-node, torchrun) fails at start",
+			Fix: "apt-get install libgloo-dev, then scripts/build-worker.sh (its c10d line says why Gloo is missing)"}
+	}
+	nccl := Check{Name: "c10d NCCL", OK: true, Detail: "compiled in: data-parallel training on CUDA"}
+	if !slices.Contains(info.DistBackends, "nccl") {
+		nccl = Check{Name: "c10d NCCL", Detail: "not compiled in: data-parallel training on CUDA devices fails at start",
+			Fix: "on a GPU machine: pip install torch (CUDA build, with nvidia-nccl), then scripts/build-worker.sh"}
+	}
+	return []Check{gloo, nccl}
+}
+
+// storeCheck reports whether libtorch's TCPStore (the rendezvous of
+// data-parallel runs) can serve with libuv, its default from 2.4.
+func storeCheck(info worker.Info) Check {
+	const name = "TCPStore libuv"
+	st := info.Store
+	switch {
+	case st == nil:
+		return Check{Name: name, Detail: "unknown: the worker library does not report it", Fix: rebuildFix}
+	case st.LibUV:
+		return Check{Name: name, OK: true, Detail: "available (libtorch's default store)"}
+	case !st.LibUVDefault:
+		return Check{Name: name, OK: true, Detail: "not used: " + st.Detail}
+	}
+	return Check{Name: name, Detail: "missing (" + st.Detail + "): data-parallel runs serve the classic store instead, " +
+		"which is fine for a few ranks", Fix: "optional: pip install torch (the wheels have libuv), then scripts/build-worker.sh"}
+}
+
+// oneDNNCheck reports whether CPU sampling hands its float32 matmuls to
+// oneDNN's sgemm (csrc/onednn.cpp, DecodeGemmScope).
+func oneDNNCheck(info worker.Info) Check {
+	const name = "oneDNN decode"
+	d := info.OneDNN
+	switch {
+	case d == nil:
+		return Check{Name: name, Detail: "unknown: the worker library does not report it", Fix: rebuildFix}
+	case d.Active:
+		return Check{Name: name, OK: true, Detail: "active: dnnl_sgemm from " + d.Library}
+	}
+	return Check{Name: name, Detail: "inactive (" + d.Detail + "): CPU sampling runs its matmuls on at::mm, " +
+		"several times slower at a few rows", Fix: "a libtorch whose libtorch_cpu links libdnnl (Debian's libtorch-dev) or exports dnnl_sgemm, then scripts/build-worker.sh"}
 }
 
 // probeInChild runs `exe [prefix...] __probe-worker --lib lib` with a

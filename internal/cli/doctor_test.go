@@ -49,6 +49,11 @@ func TestDoctorReportsProbedLibrary(t *testing.T) {
 	}{
 		{"cpu", worker.Info{LibtorchVersion: "1.13.0", ABIVersion: 1, Threads: 2}, nil, false,
 			[]string{"✓ worker library", "✓ libtorch", "1.13.0 (worker ABI 1", "✗ CUDA", "fix: on a GPU machine"}},
+		{"debian 2.14", worker.Info{LibtorchVersion: "2.14.1", ABIVersion: 6, DistBackends: []string{"gloo"},
+			OneDNN: &worker.OneDNNInfo{Active: true, Library: "/usr/lib/x86_64-linux-gnu/libdnnl.so.3.6"},
+			Store:  &worker.StoreInfo{LibUVDefault: true, Detail: "libtorch was built without libuv"}}, nil, false,
+			[]string{"✓ c10d Gloo", "✗ c10d NCCL", "✓ oneDNN decode", "active: dnnl_sgemm from /usr/lib/x86_64-linux-gnu/libdnnl.so.3.6",
+				"✗ TCPStore libuv   missing (libtorch was built without libuv): data-parallel runs serve the classic store instead", "fix: optional: pip install torch"}},
 		{"gpu", worker.Info{LibtorchVersion: "2.5.1", ABIVersion: 1, CUDADevices: 2}, nil, false,
 			[]string{"✓ libtorch", "2.5.1", "✓ CUDA", "2 device(s)"}},
 		{"broken", worker.Info{}, errors.New("undefined symbol: _ZN3c10"), true,
@@ -68,6 +73,72 @@ func TestDoctorReportsProbedLibrary(t *testing.T) {
 			}
 			for _, w := range tc.want {
 				assert.Contains(t, out.String(), w)
+			}
+		})
+	}
+}
+
+// TestDoctorWorkerCapabilities: one line each for the c10d backends, the
+// TCPStore's libuv and the oneDNN decode path, a ✗ carrying its fix or
+// cost, and none of them failing the command (all are optional).
+func TestDoctorWorkerCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		info worker.Info
+		want []Check
+	}{
+		{"debian 1.13 cpu", worker.Info{LibtorchVersion: "1.13.0", DistBackends: []string{"gloo"},
+			OneDNN: &worker.OneDNNInfo{Active: true, Library: "/usr/lib/x86_64-linux-gnu/libdnnl.so.2"},
+			Store:  &worker.StoreInfo{Detail: "libtorch 1.13 serves the classic store by default"}},
+			[]Check{
+				{Name: "c10d Gloo", OK: true, Detail: "compiled in: data-parallel training on CPU"},
+				{Name: "c10d NCCL", Detail: "not compiled in: data-parallel training on CUDA devices fails at start"},
+				{Name: "TCPStore libuv", OK: true, Detail: "not used: libtorch 1.13 serves the classic store by default"},
+				{Name: "oneDNN decode", OK: true, Detail: "active: dnnl_sgemm from /usr/lib/x86_64-linux-gnu/libdnnl.so.2"},
+			}},
+		{"pip 2.6 cuda", worker.Info{LibtorchVersion: "2.6.0", CUDADevices: 1, DistBackends: []string{"gloo", "nccl"},
+			OneDNN: &worker.OneDNNInfo{Detail: "no libdnnl.so* is loaded and libtorch_cpu.so does not export dnnl_sgemm"},
+			Store:  &worker.StoreInfo{LibUVDefault: true, LibUV: true}},
+			[]Check{
+				{Name: "c10d Gloo", OK: true, Detail: "compiled in: data-parallel training on CPU"},
+				{Name: "c10d NCCL", OK: true, Detail: "compiled in: data-parallel training on CUDA"},
+				{Name: "TCPStore libuv", OK: true, Detail: "available (libtorch's default store)"},
+				{Name: "oneDNN decode", Detail: "inactive (no libdnnl.so* is loaded and libtorch_cpu.so does not export dnnl_sgemm): " +
+					"CPU sampling runs its matmuls on at::mm, several times slower at a few rows"},
+			}},
+		{"no backends", worker.Info{LibtorchVersion: "2.14.1"}, []Check{
+			{Name: "c10d Gloo", Detail: "not compiled in: data-parallel training on CPU (--nproc-per-node, torchrun) fails at start"},
+			{Name: "TCPStore libuv", Detail: "unknown: the worker library does not report it", Fix: rebuildFix},
+			{Name: "oneDNN decode", Detail: "unknown: the worker library does not report it", Fix: rebuildFix},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := filepath.Join(t.TempDir(), "libortrain_worker.so")
+			require.NoError(t, os.WriteFile(lib, []byte("x"), 0o644))
+			opts, out := doctorOpts(map[string]string{worker.EnvLibrary: lib})
+			opts.JSON = true
+			opts.Probe = func(context.Context, string) (worker.Info, error) { return tc.info, nil }
+			require.NoError(t, runDoctor(context.Background(), opts))
+			var checks []Check
+			require.NoError(t, json.Unmarshal(out.Bytes(), &checks))
+			byName := map[string]Check{}
+			for _, c := range checks {
+				byName[c.Name] = c
+			}
+			for _, w := range tc.want {
+				got, ok := byName[w.Name]
+				require.True(t, ok, "no %q check in %v", w.Name, checks)
+				assert.Equal(t, w.OK, got.OK, w.Name)
+				assert.False(t, got.Required, w.Name)
+				assert.Equal(t, w.Detail, got.Detail, w.Name)
+				if w.OK {
+					assert.Empty(t, got.Fix, w.Name)
+				} else {
+					assert.NotEmpty(t, got.Fix, w.Name)
+				}
+				if w.Fix != "" {
+					assert.Equal(t, w.Fix, got.Fix, w.Name)
+				}
 			}
 		})
 	}

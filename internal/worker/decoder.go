@@ -113,6 +113,13 @@ func (d *Decoder) Add(ctx context.Context, reqs []DecodeRequest) ([]int64, error
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("decoder add: %w", ErrEmptyBatch)
 	}
+	sreqs := make([]SampleRequest, len(reqs))
+	for i, r := range reqs {
+		sreqs[i] = r.SampleRequest
+	}
+	if err := d.m.checkRequestsWindow(sreqs); err != nil {
+		return nil, fmt.Errorf("decoder add: %w", err)
+	}
 	unlock, err := d.begin(ctx)
 	if err != nil {
 		return nil, err

@@ -71,6 +71,29 @@ type Info struct {
 	// DistBackends are the c10d backends compiled in, for Model.JoinGroup:
 	// "gloo" (CPU), "nccl" (CUDA).
 	DistBackends []string `json:"dist_backends"`
+	// OneDNN and Store are nil when the library is older than these
+	// reports (they were added to the info JSON without an ABI bump).
+	OneDNN *OneDNNInfo `json:"onednn,omitempty"`
+	Store  *StoreInfo  `json:"tcpstore,omitempty"`
+}
+
+// OneDNNInfo says whether CPU float32 sampling and decoding hand their
+// matmuls to oneDNN's sgemm (found in the oneDNN libtorch loaded); without
+// it they run on at::mm, which is several times slower at a few rows when
+// libtorch's BLAS is OpenBLAS.
+type OneDNNInfo struct {
+	Active  bool   `json:"active"`
+	Library string `json:"library,omitempty"` // where dnnl_sgemm was found
+	Detail  string `json:"detail,omitempty"`  // why it is not active
+}
+
+// StoreInfo describes the rendezvous TCPStore: libtorch 2.4+ serves it with
+// libuv by default (LibUVDefault); LibUV says whether that server starts
+// here. Without it JoinGroup serves the classic store.
+type StoreInfo struct {
+	LibUVDefault bool   `json:"libuv_default"`
+	LibUV        bool   `json:"libuv"`
+	Detail       string `json:"detail,omitempty"`
 }
 
 // errBuf is a C buffer for one call's error message.
@@ -109,11 +132,13 @@ func Open(path string) (*Library, error) {
 		return nil, err
 	}
 	var raw struct {
-		Libtorch    string   `json:"libtorch"`
-		CUDADevices int      `json:"cuda_devices"`
-		Threads     int      `json:"threads"`
-		CXX11ABI    int      `json:"cxx11_abi"`
-		C10D        []string `json:"c10d"`
+		Libtorch    string      `json:"libtorch"`
+		CUDADevices int         `json:"cuda_devices"`
+		Threads     int         `json:"threads"`
+		CXX11ABI    int         `json:"cxx11_abi"`
+		C10D        []string    `json:"c10d"`
+		OneDNN      *OneDNNInfo `json:"onednn"`
+		Store       *StoreInfo  `json:"tcpstore"`
 	}
 	if err := json.Unmarshal([]byte(C.GoString(buf)), &raw); err != nil {
 		return nil, fmt.Errorf("worker library %s: bad info JSON: %w", path, err)
@@ -121,6 +146,7 @@ func Open(path string) (*Library, error) {
 	l := &Library{api: api, calls: make(chan func()), done: make(chan struct{}), info: Info{
 		Path: path, ABIVersion: ABIVersion, LibtorchVersion: raw.Libtorch,
 		CUDADevices: raw.CUDADevices, Threads: raw.Threads, CXX11ABI: raw.CXX11ABI != 0, DistBackends: raw.C10D,
+		OneDNN: raw.OneDNN, Store: raw.Store,
 	}}
 	go l.serve()
 	return l, nil

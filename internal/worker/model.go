@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -308,7 +309,25 @@ func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error)
 	// The per-tensor read buffers are garbage now: return them to the OS
 	// rather than keep a checkpoint-sized Go heap next to libtorch's copy.
 	debug.FreeOSMemory()
+	if msg := oneDNNWarning(l.info, o.Device, dt); msg != "" {
+		oneDNNWarned.Do(func() { fmt.Fprintf(os.Stderr, "ortrain worker: %s\n", msg) })
+	}
 	return m, nil
+}
+
+// oneDNNWarned makes the oneDNN warning once per process: every model of it
+// shares the one libtorch.
+var oneDNNWarned sync.Once
+
+// oneDNNWarning is what LoadModel says when a CPU float32 model's sampling
+// cannot reach oneDNN's sgemm; "" when it can, when the model would not use
+// it, or when the library does not report it.
+func oneDNNWarning(info Info, device string, dt model.DType) string {
+	if device != "cpu" || dt != model.F32 || info.OneDNN == nil || info.OneDNN.Active {
+		return ""
+	}
+	return fmt.Sprintf("oneDNN decode matmuls unavailable (%s): CPU sampling runs them on at::mm, several times slower "+
+		"at a few rows; `ortrain doctor` reports it", info.OneDNN.Detail)
 }
 
 func (m *Model) loadWeights(ctx context.Context, dir string, tensors map[string]model.ModelTensor) error {

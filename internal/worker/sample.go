@@ -73,6 +73,9 @@ func (m *Model) sample(ctx context.Context, reqs []SampleRequest, rooms []int) (
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("sample: %w", ErrEmptyBatch)
 	}
+	if err := m.checkRequestsWindow(reqs); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
 	unlock, err := m.begin(ctx)
 	if err != nil {
 		return nil, err

@@ -158,6 +158,9 @@ func (m *Model) Logprobs(ctx context.Context, rows []grpo.Row, temperature float
 // after another, into logps and entropies; the worker checks that they have
 // room.
 func (m *Model) logprobsInto(ctx context.Context, rows []grpo.Row, temperature float64, ref bool, logps, entropies []float32) error {
+	if err := m.checkRowsWindow(rows); err != nil {
+		return fmt.Errorf("logprobs: %w", err)
+	}
 	unlock, err := m.begin(ctx)
 	if err != nil {
 		return err
@@ -196,6 +199,9 @@ func (m *Model) EvalLoss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossC
 func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig, backward bool) (LossStats, error) {
 	if err := cfg.Validate(); err != nil {
 		return LossStats{}, err
+	}
+	if err := m.checkRowsWindow(mb.Rows); err != nil {
+		return LossStats{}, fmt.Errorf("forward/backward: %w", err)
 	}
 	unlock, err := m.begin(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -50,6 +51,28 @@ int guard(char* err, size_t n, F&& f) {
   }
   return ORT_ERR;
 }
+
+// json_str quotes s as a JSON string, cut to 400 bytes (ort_info's reader
+// has a fixed buffer; a store's error can be long).
+std::string json_str(std::string s) {
+  if (s.size() > 400) s = s.substr(0, 400) + "...";
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+const char* json_bool(bool b) { return b ? "true" : "false"; }
 
 at::ScalarType scalar_type(int32_t d) {
   switch (d) {
@@ -103,8 +126,13 @@ int ort_info(char* json, size_t json_len, char* err, size_t err_len) {
       << "\",\"cuda_devices\":" << at::detail::getCUDAHooks().getNumGPUs() << ",\"threads\":" << at::get_num_threads()
       << ",\"cxx11_abi\":" << _GLIBCXX_USE_CXX11_ABI << ",\"c10d\":[";
     const auto backends = ort::compiled_backends();
-    for (size_t i = 0; i < backends.size(); i++) o << (i ? "," : "") << "\"" << backends[i] << "\"";
-    o << "]}";
+    for (size_t i = 0; i < backends.size(); i++) o << (i ? "," : "") << json_str(backends[i]);
+    const auto& dnnl = ort::onednn_status();
+    o << "],\"onednn\":{\"active\":" << json_bool(dnnl.active) << ",\"library\":" << json_str(dnnl.library)
+      << ",\"detail\":" << json_str(dnnl.why) << "}";
+    const auto& store = ort::store_status();
+    o << ",\"tcpstore\":{\"libuv_default\":" << json_bool(store.libuv_default) << ",\"libuv\":" << json_bool(store.libuv)
+      << ",\"detail\":" << json_str(store.detail) << "}}";
     const auto s = o.str();
     if (s.size() + 1 > json_len) throw std::runtime_error("info buffer too small");
     std::memcpy(json, s.c_str(), s.size() + 1);

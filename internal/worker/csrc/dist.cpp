@@ -18,10 +18,12 @@
 // blocking call such as the Gloo mesh connect), is_timeout classifies it,
 // so every timeout leaves as ort::TimeoutError whichever clock ran out.
 //
-// libtorch 1.13 and 2.x differ here in one way we touch: from 2.0 the
+// libtorch 1.13 and 2.x differ here in two ways we touch: from 2.0 the
 // backends (ProcessGroupGloo, ProcessGroupNCCL) derive from c10d::Backend
-// rather than c10d::ProcessGroup. Their constructors, Options::create and
-// the collective calls used below are the same in both.
+// rather than c10d::ProcessGroup (their constructors, Options::create and
+// the collective calls used below are the same in both), and from 2.4 the
+// TCPStore serves with libuv by default, which Debian's libtorch lacks
+// (join_group then serves the classic store).
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -59,6 +61,27 @@ using Collectives = c10d::ProcessGroup;
 #endif
 
 namespace {
+
+// From 2.4 TCPStoreOptions::useLibUV defaults to true, and a libtorch built
+// without libuv (Debian's) refuses to serve; pip wheels have it. Before 2.4
+// the classic server is the default (and 1.13 has no choice).
+#if ORT_TORCH_AT_LEAST(2, 4)
+bool wants_libuv(const c10d::TCPStoreOptions& o) { return o.useLibUV; }
+void use_classic_store(c10d::TCPStoreOptions& o) { o.useLibUV = false; }
+bool serves_libuv(c10d::TCPStore& s) { return s.isLibUvBackend(); }
+#else
+bool wants_libuv(const c10d::TCPStoreOptions&) { return false; }
+void use_classic_store(c10d::TCPStoreOptions&) {}
+bool serves_libuv(c10d::TCPStore&) { return false; }
+#endif
+
+// no_libuv says whether a store's error is the missing libuv ("use_libuv was
+// requested but PyTorch was built without libuv support").
+bool no_libuv(const std::string& msg) {
+  std::string m(msg);
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  return m.find("libuv") != std::string::npos;
+}
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -283,6 +306,33 @@ void make_backend(Group& g, const std::string& addr, const ort_group_options& o)
 
 }  // namespace
 
+const StoreStatus& store_status() {
+  static const StoreStatus st = [] {
+    StoreStatus r;
+    c10d::TCPStoreOptions so;
+    r.libuv_default = wants_libuv(so);
+    if (!r.libuv_default) {
+      r.detail = "libtorch " + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+                 " serves the classic store by default";
+      return r;
+    }
+    so.port = 0;
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.timeout = milliseconds(5000);
+    try {
+      auto s = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+      r.libuv = serves_libuv(*s);
+      if (!r.libuv) r.detail = "a store asked for libuv started the classic server";
+    } catch (const std::exception& e) {
+      // libtorch's text suggests USE_LIBUV=0, which only its Python reads.
+      r.detail = no_libuv(what(e)) ? "libtorch was built without libuv" : what(e);
+    }
+    return r;
+  }();
+  return st;
+}
+
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> out;
 #ifdef USE_C10D_GLOO
@@ -339,6 +389,10 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
     try {
       g->store = c10::make_intrusive<c10d::TCPStore>(addr, so);
     } catch (const std::exception& e) {
+      if (wants_libuv(so) && no_libuv(what(e))) {  // libtorch's default, built without it
+        use_classic_store(so);
+        continue;
+      }
       if (so.isServer) throw std::runtime_error("serve rendezvous at " + where + ": " + what(e));
       last = "connecting: " + what(e);
       std::this_thread::sleep_for(milliseconds(250));

@@ -21,6 +21,16 @@ struct TimeoutError : std::runtime_error {
 // compiled_backends names the c10d backends this build can join ("gloo", "nccl").
 std::vector<std::string> compiled_backends();
 
+// StoreStatus says whether this libtorch's TCPStore serves with libuv:
+// libuv_default when its options ask for libuv by default (2.4+), libuv when
+// such a server starts (probed once on 127.0.0.1, port 0), detail why not.
+// join_group falls back to the classic server when libuv is missing.
+struct StoreStatus {
+  bool libuv_default = false, libuv = false;
+  std::string detail;
+};
+const StoreStatus& store_status();
+
 // join_group rendezvouses through a TCPStore on o.master_addr:o.master_port
 // (rank 0 serves it) and builds the process group for device: Gloo on CPU,
 // NCCL on CUDA. Polls cancel while waiting for peers.

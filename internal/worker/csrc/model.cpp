@@ -3,7 +3,6 @@
 // pre-norm blocks, RoPE (rotate_half), GQA, SwiGLU MLP, optional q/k RMSNorm.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -30,49 +29,6 @@ SerialScope::SerialScope(bool on) {
 
 SerialScope::~SerialScope() {
   if (saved_ > 1) omp_set_num_threads(saved_);
-}
-
-namespace {
-
-// dnnl_sgemm's signature (oneDNN's C API, row-major); the status is 0 on success.
-using SgemmFn = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
-// onednn_sgemm finds dnnl_sgemm in the oneDNN this process already has: a
-// libdnnl that libtorch links (Debian), else libtorch_cpu itself when it
-// carries oneDNN with the symbol visible. Null when neither has it.
-SgemmFn onednn_sgemm() {
-  static const SgemmFn fn = [] {
-    if (void* h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
-      if (void* f = dlsym(h, "dnnl_sgemm")) return reinterpret_cast<SgemmFn>(f);
-    }
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&at::set_num_threads), &info) != 0 && info.dli_fname != nullptr) {
-      if (void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD)) {
-        if (void* f = dlsym(h, "dnnl_sgemm")) return reinterpret_cast<SgemmFn>(f);
-      }
-    }
-    return SgemmFn{nullptr};
-  }();
-  return fn;
-}
-
-}  // namespace
-
-at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const bool onednn = m.decode_gemm && x.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
-                      x.dim() == 2 && w.dim() == 2 && x.is_contiguous() && w.is_contiguous() && x.size(1) == w.size(1) &&
-                      (!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == w.size(0))) &&
-                      !at::GradMode::is_enabled() && x.numel() > 0 && w.numel() > 0;
-  if (SgemmFn sgemm = onednn ? onednn_sgemm() : nullptr) {
-    const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
-    // With a bias, C starts as the bias in every row and beta = 1 adds the product.
-    auto y = b.defined() ? b.reshape({1, N}).expand({M, N}).contiguous() : at::empty({M, N}, x.options());
-    const int status = sgemm('N', 'T', M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
-                             b.defined() ? 1.0f : 0.0f, y.data_ptr<float>(), N);
-    if (status == 0) return y;
-  }
-  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
 }
 
 bool serial_decode(const Model& m, int64_t rows) {

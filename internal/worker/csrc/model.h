@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard, GradMode: ATen.h stopped including it in 2.x
 #include <torch/version.h>
 
 #include <map>
@@ -180,6 +181,14 @@ class DecodeGemmScope {
 // by oneDNN under a DecodeGemmScope where it applies (CPU, float32,
 // contiguous, no autograd), else by at::mm / at::addmm.
 at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
+// OneDnnStatus says whether matmul_nt's oneDNN path is available: library is
+// the object dnnl_sgemm was found in, why the reason when it was not.
+struct OneDnnStatus {
+  bool active = false;
+  std::string library, why;
+};
+const OneDnnStatus& onednn_status();
 
 // decode_attention (decode_attention.cpp) attends one float32 query per row
 // on CPU: q [B, nh, 1, hd] against a KV cache k, v [B, nkv, Lk, hd] (GQA:

@@ -69,7 +69,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   std::vector<double> u(n, 0.0), lps;
   std::vector<int64_t> toks;
   SerialScope serial(serial_decode(m, n));
-  for (int64_t step = 0;; step++) {
+  for (;;) {
     check_cancel(cancel);
     auto logits = cast(matmul_nt(m, h, lm_head(m.view)), acc);  // [n, V], on the model's device
     // Finished rows draw nothing, so every row's stream is its own.

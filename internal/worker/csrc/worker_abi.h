@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 5
+#define ORT_ABI_VERSION 6
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -187,8 +187,13 @@ typedef struct {
 } ort_sample_result;
 
 int ort_abi_version(void);
-/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1,"c10d":["gloo","nccl"]}
- * (c10d: the process-group backends compiled in) */
+/* JSON {"libtorch":"x.y.z","cuda_devices":N,"threads":N,"cxx11_abi":0|1,"c10d":["gloo","nccl"],
+ *       "onednn":{"active":true|false,"library":"...","detail":"..."},
+ *       "tcpstore":{"libuv_default":true|false,"libuv":true|false,"detail":"..."}}
+ * (c10d: the process-group backends compiled in; onednn: whether CPU decode
+ * matmuls reach oneDNN's sgemm, and from which library; tcpstore: whether
+ * the rendezvous store can serve with libuv). onednn and tcpstore were added
+ * without a version bump: readers treat them as optional. */
 int ort_info(char *json, size_t json_len, char *err, size_t err_len);
 
 int ort_model_new(const ort_arch *arch, const ort_model_options *opts, ort_model **out, char *err, size_t err_len);
