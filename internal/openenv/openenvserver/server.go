@@ -371,6 +371,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(s.schema)
 		}
+	case "/openapi.json":
+		if methodOK(w, r, http.MethodGet) {
+			s.handleOpenAPI(w)
+		}
 	case "/state":
 		if methodOK(w, r, http.MethodGet) {
 			s.handleHTTPState(w, r)
@@ -415,6 +419,28 @@ func (s *Server) handleMetadata(w http.ResponseWriter) {
 		desc = s.env.Name + " environment"
 	}
 	writeJSON(w, http.StatusOK, openenv.Metadata{Name: s.env.Name, Description: desc, Version: version})
+}
+
+// handleOpenAPI serves the part of FastAPI's /openapi.json that OpenEnv's
+// `openenv validate --url` reads: info.version (its API profile,
+// openenv-http/1.x for "1.0.0") and the paths that show the server runs in
+// simulation mode (/reset, /step, /state beside /mcp and /ws). Request and
+// response schemas stay at /schema.
+func (s *Server) handleOpenAPI(w http.ResponseWriter) {
+	op := func(summary string) map[string]any { return map[string]any{"summary": summary} }
+	writeJSON(w, http.StatusOK, map[string]any{
+		"openapi": "3.1.0",
+		"info":    map[string]any{"title": s.env.Name, "version": "1.0.0"},
+		"paths": map[string]any{
+			"/health":   map[string]any{"get": op("Health")},
+			"/metadata": map[string]any{"get": op("Metadata")},
+			"/schema":   map[string]any{"get": op("Schema")},
+			"/state":    map[string]any{"get": op("State")},
+			"/reset":    map[string]any{"post": op("Reset")},
+			"/step":     map[string]any{"post": op("Step")},
+			"/mcp":      map[string]any{"post": op("MCP JSON-RPC")},
+		},
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

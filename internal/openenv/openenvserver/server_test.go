@@ -258,3 +258,25 @@ func TestReaperSkipsBusySessions(t *testing.T) {
 	assert.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err), "reaped once idle")
 	assert.Equal(t, int64(1), srv.Stats().Reaped)
 }
+
+// OpenEnv's `openenv validate --url` reads /openapi.json: info.version
+// picks the API profile and the paths show simulation mode. Without it the
+// real client's validation failed on every kit server.
+func TestOpenAPIForValidate(t *testing.T) {
+	base, _ := serve(t, envs.Guess(), openenvserver.Options{MaxSessions: 1})
+	resp, err := http.Get(base + "/openapi.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var doc struct {
+		Info struct {
+			Version string `json:"version"`
+		} `json:"info"`
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	assert.Equal(t, "1.0.0", doc.Info.Version)
+	for path, method := range map[string]string{"/reset": "post", "/step": "post", "/state": "get", "/mcp": "post"} {
+		assert.Contains(t, doc.Paths[path], method, path)
+	}
+}
