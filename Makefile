@@ -4,16 +4,19 @@ BIN     := bin/ortrain
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/ortrain/ortrain/internal/cli.version=$(VERSION)
 
-.PHONY: build test test-tools test-go lint install setup worker demo bench clean
+.PHONY: build test test-tools bench-tools test-go lint install setup worker demo bench clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ortrain
 
 # setup installs libtorch (Debian libtorch-dev on CPU machines, or the
-# libtorch of a pip torch where one is importable) and builds the worker.
+# libtorch of a pip torch where one is importable) and what building the
+# worker needs, nothing else, then builds the worker. Tools only the tests
+# or the benchmarks use are installed by those targets (test-tools,
+# bench-tools).
 setup:
 	scripts/install-libtorch.sh
-	$(MAKE) worker
+	$(MAKE) --no-print-directory worker
 
 worker:
 	scripts/build-worker.sh
@@ -21,6 +24,11 @@ worker:
 # test-tools: what only the tests need (headless Chromium for the report test).
 test-tools:
 	scripts/install-test-tools.sh
+
+# bench-tools: what only the benchmarks need (PyTorch, python3-torch on
+# Debian, for the PyTorch-eager and KV-cache-loop baselines).
+bench-tools:
+	scripts/install-bench-tools.sh
 
 # test: everything that needs no GPU and no network, race detector on.
 test: setup test-tools lint test-go
@@ -46,7 +54,7 @@ demo: setup build
 # every issue-13 ratio (training step vs PyTorch eager, sampling vs a PyTorch
 # KV-cache loop, continuous vs static batching, async vs sync) measured
 # side by side in alternating rounds, with per-phase step times.
-bench:
+bench: setup bench-tools
 	$(GO) test -run '^$$' -bench . -skip 'MultiTurnEcho|AsyncOverlap' ./...
 	scripts/bench-step
 	scripts/bench-ddp

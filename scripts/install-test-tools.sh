@@ -5,7 +5,8 @@
 #    test skips with a message, except when CI is set: there it fails.
 # Never fails setup: a machine without apt-get (or offline) still gets the
 # worker and the demo; the message says what is missing.
-# ORTRAIN_SKIP_TEST_TOOLS=1 skips this script.
+# ORTRAIN_SKIP_TEST_TOOLS=1 skips this script. apt prints one line per
+# phase; its own output is in build/logs/apt-test-tools.log.
 set -uo pipefail
 
 ok() { printf '  \342\234\223 %s\n' "$*"; }
@@ -35,10 +36,9 @@ if ! command -v apt-get >/dev/null 2>&1; then
   warn "no Chromium and no apt-get: install Chromium or Chrome for the report test (it skips without one unless CI is set)"
   exit 0
 fi
-sudo=""
-[[ $(id -u) != 0 ]] && sudo="sudo"
-echo "installing chromium"
-if ! $sudo apt-get update -qq || ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium; then
+# shellcheck source=scripts/apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+if ! apt_install test-tools chromium; then
   warn "apt-get could not install chromium: the report test will skip (or fail where CI is set)"
   exit 0
 fi
