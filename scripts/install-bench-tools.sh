@@ -6,8 +6,8 @@
 #  - If ${PYTHON:-/usr/bin/python3} imports torch already (Debian's or a pip
 #    torch), nothing is installed.
 #  - Else, on Debian/Ubuntu, python3-torch: the same libtorch 1.13 as
-#    libtorch-dev, so both sides of each ratio run the same kernels (about 20
-#    packages on top of scripts/install-libtorch.sh's).
+#    libtorch-dev, so both sides of each ratio run the same kernels: 24
+#    packages, 28 MB to download, 171 MB on disk, on top of the demo's.
 # apt prints one line per phase; its own output is in build/logs/apt-bench-tools.log.
 set -euo pipefail
 

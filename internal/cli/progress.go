@@ -19,10 +19,11 @@ import (
 	"github.com/ortrain/ortrain/internal/train"
 )
 
-// quickstartTime is how long the embedded quickstart (100 steps) takes, as
-// measured (54 s and 66 s wall in two runs on 2 shared CPU cores);
-// README.md says the same, and TestQuickstartTimeAgrees holds them together.
-const quickstartTime = "about half a minute on 2 CPU cores"
+// quickstartTime is how long the embedded quickstart (100 steps) trains,
+// as measured (8.0 s and 7.6 s on 2 idle CPU cores); README.md and
+// configs/quickstart.yaml say the same, and TestQuickstartTimeAgrees holds
+// them together.
+const quickstartTime = "about 10 seconds on 2 idle CPU cores"
 
 // progress shows a bar with step, reward and ETA on a terminal, and one
 // line per logged step otherwise.
