@@ -41,8 +41,8 @@ func TestUnknownKeysReportedAtOnce(t *testing.T) {
 			want:    []want{{EnvironmentSource, "ORTRAIN_LEARNING_RATE", "ORTRAIN_GRPO_LEARNING_RATE"}},
 		},
 		{
-			name:    "file and environment together",
-			body:    "seeed: 1\n",
+			name: "file and environment together",
+			body: "seeed: 1\n",
 			// The scripts' own settings (ORTRAIN_FORKY_*, ORTRAIN_HF_*) are not config keys, nor misspellings.
 			environ: []string{"ORTRAIN_ROLLOUT_CALL_TIMEOUTS=5s", "ORTRAIN_WORKER_LIB=/lib.so", "ORTRAIN_SEED=3", "ORTRAIN_FORKY_ROOT=/r", "ORTRAIN_HF_REFERENCE=/h"},
 			want: []want{
