@@ -22,10 +22,11 @@ const (
 	LossSAPO   LossType = 5 // soft gate sigma(k(w-1)) * 4/k
 	LossLUSPO  LossType = 6 // (1/B) sum_i l_i |o_i| / GA; meant for sequence level (token level: padding is not averaged in, unlike TRL)
 	LossVESPO  LossType = 7 // -phi(W) * A * logp, phi detached
+	LossSFT    LossType = 8 // supervised fine-tuning: -logp of the labels, normalised as dapo; no ratio, clip or KL
 )
 
 // lossTypeNames is the one table of loss names; order matches the constants.
-var lossTypeNames = [...]string{"dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"}
+var lossTypeNames = [...]string{"dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo", "sft"}
 
 // LossTypeNames lists the accepted loss_type values, for help and errors.
 func LossTypeNames() []string { return append([]string(nil), lossTypeNames[:]...) }
@@ -49,9 +50,11 @@ func ParseLossType(s string) (LossType, error) {
 
 // NormalisedByRoundTokens reports whether the loss divides by the generation
 // round's active-token count N/P instead of by the gradient-accumulation steps
-// (grpo-reference.md §4.6: dapo, cispo and vespo).
+// (grpo-reference.md §4.6: dapo, cispo and vespo; sft too, so that with
+// gradient accumulation a step's loss is the token mean over the whole step,
+// as TRL's SFTTrainer does with num_items_in_batch).
 func (t LossType) NormalisedByRoundTokens() bool {
-	return t == LossDAPO || t == LossCISPO || t == LossVESPO
+	return t == LossDAPO || t == LossCISPO || t == LossVESPO || t == LossSFT
 }
 
 // UsesClip reports whether the loss uses the PPO two-sided clip and so
@@ -201,6 +204,8 @@ func (c LossConfig) Validate() error {
 		return fmt.Errorf("delta: %v must be > 1 + epsilon_high (%v), or 0 to disable", c.Delta, 1+c.EpsilonHigh)
 	case !(c.Beta >= 0):
 		return fmt.Errorf("beta: %v must be >= 0", c.Beta)
+	case c.Type == LossSFT && c.Beta != 0:
+		return fmt.Errorf("beta: %v must be 0 for loss_type sft (it has no KL term to a reference)", c.Beta)
 	case !(c.Temperature > 0):
 		return fmt.Errorf("temperature: %v must be > 0", c.Temperature)
 	case c.Type == LossDrGRPO && c.MaxCompletionLength <= 0:

@@ -17,7 +17,7 @@ import (
 // so a renumbering on either side stops the build.
 
 // ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 6
+const ABIVersion = 7
 
 const (
 	_ = uint(ABIVersion-C.ORT_ABI_VERSION) + uint(C.ORT_ABI_VERSION-ABIVersion)
@@ -35,6 +35,7 @@ const (
 	_ = uint(grpo.LossSAPO-C.ORT_LOSS_SAPO) + uint(C.ORT_LOSS_SAPO-grpo.LossSAPO)
 	_ = uint(grpo.LossLUSPO-C.ORT_LOSS_LUSPO) + uint(C.ORT_LOSS_LUSPO-grpo.LossLUSPO)
 	_ = uint(grpo.LossVESPO-C.ORT_LOSS_VESPO) + uint(C.ORT_LOSS_VESPO-grpo.LossVESPO)
+	_ = uint(grpo.LossSFT-C.ORT_LOSS_SFT) + uint(C.ORT_LOSS_SFT-grpo.LossSFT)
 
 	_ = uint(grpo.ISLevelToken-C.ORT_IS_LEVEL_TOKEN) + uint(C.ORT_IS_LEVEL_TOKEN-grpo.ISLevelToken)
 	_ = uint(grpo.ISLevelSequence-C.ORT_IS_LEVEL_SEQUENCE) + uint(C.ORT_IS_LEVEL_SEQUENCE-grpo.ISLevelSequence)
@@ -60,7 +61,7 @@ const (
 // The header's vocabulary sizes, for a test that grpo names no code the
 // header lacks (grpo's tables are variables, so this cannot be a constant check).
 const (
-	abiLossTypes     = C.ORT_LOSS_VESPO + 1
+	abiLossTypes     = C.ORT_LOSS_SFT + 1
 	abiISCorrections = C.ORT_IS_SEQUENCE_MASK + 1
 )
 
@@ -86,4 +87,5 @@ const (
 	_ = uint(unsafe.Offsetof(LossStats{}.KLSum)-unsafe.Offsetof(lossStatsLayout{}.kl_sum)) + uint(unsafe.Offsetof(lossStatsLayout{}.kl_sum)-unsafe.Offsetof(LossStats{}.KLSum))
 	_ = uint(unsafe.Offsetof(LossStats{}.EntropySum)-unsafe.Offsetof(lossStatsLayout{}.entropy_sum)) + uint(unsafe.Offsetof(lossStatsLayout{}.entropy_sum)-unsafe.Offsetof(LossStats{}.EntropySum))
 	_ = uint(unsafe.Offsetof(LossStats{}.VESPOPhiSum)-unsafe.Offsetof(lossStatsLayout{}.vespo_phi_sum)) + uint(unsafe.Offsetof(lossStatsLayout{}.vespo_phi_sum)-unsafe.Offsetof(LossStats{}.VESPOPhiSum))
+	_ = uint(unsafe.Offsetof(LossStats{}.CorrectTokens)-unsafe.Offsetof(lossStatsLayout{}.correct_tokens)) + uint(unsafe.Offsetof(lossStatsLayout{}.correct_tokens)-unsafe.Offsetof(LossStats{}.CorrectTokens))
 )

@@ -35,6 +35,10 @@ type LossStats struct {
 	KLSum                   float64 // sum of k3 over active tokens (beta != 0)
 	EntropySum              float64 // sum of token entropies over active tokens
 	VESPOPhiSum             float64 // sum over rows of phi (vespo)
+	// CorrectTokens counts active tokens whose argmax logit (at the loss's
+	// temperature) is the label: TRL's mean_token_accuracy is
+	// sum CorrectTokens / sum ActiveTokens. Every loss type reports it.
+	CorrectTokens float64
 }
 
 // StepStats describe one optimizer step.

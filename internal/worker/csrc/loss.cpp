@@ -15,7 +15,7 @@ namespace ort {
 
 namespace {
 
-bool round_normalised(int t) { return t == ORT_LOSS_DAPO || t == ORT_LOSS_CISPO || t == ORT_LOSS_VESPO; }
+bool round_normalised(int t) { return t == ORT_LOSS_DAPO || t == ORT_LOSS_CISPO || t == ORT_LOSS_VESPO || t == ORT_LOSS_SFT; }
 
 bool sequence_correction(const ort_loss_config& c) {
   return c.is_correction == ORT_IS_SEQUENCE_TRUNCATE || c.is_correction == ORT_IS_SEQUENCE_MASK;
@@ -33,6 +33,8 @@ int64_t chunk_rows(const at::Tensor& w, int64_t fixed) {
 // that distribution, one row chunk at a time, and recomputes the chunk's
 // logits in backward, so the [N, V] logits never exist at once.
 // d logp/dz = onehot - p; dH/dz = -p (log p + H) (grpo-reference.md §4.1).
+// A third output, not differentiable, is 1 where the target is the argmax
+// of the logits (token accuracy): one more read of a chunk already at hand.
 struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
                                                 const at::Tensor& w, const at::Tensor& targets, double inv_temp,
@@ -45,14 +47,18 @@ struct ChunkedLogprob : public torch::autograd::Function<ChunkedLogprob> {
     const int64_t N = h.size(0), step = chunk_rows(w, chunk);
     auto logp = at::empty({N}, h.options().dtype(acc));
     auto ent = at::empty({N}, h.options().dtype(acc));
+    auto correct = at::empty({N}, h.options().dtype(acc));
     for (int64_t s = 0; s < N; s += step) {
       const int64_t n = std::min(step, N - s);
       auto z = at::matmul(h.narrow(0, s, n), w.t()).to(acc) * inv_temp;
+      auto tgt = targets.narrow(0, s, n);
+      correct.narrow(0, s, n).copy_(z.argmax(-1).eq(tgt));
       auto ls = at::log_softmax(z, -1);
-      logp.narrow(0, s, n).copy_(ls.gather(1, targets.narrow(0, s, n).unsqueeze(1)).squeeze(1));
+      logp.narrow(0, s, n).copy_(ls.gather(1, tgt.unsqueeze(1)).squeeze(1));
       ent.narrow(0, s, n).copy_(-(ls.exp() * ls).sum(-1));
     }
-    return {logp, ent};
+    ctx->mark_non_differentiable({correct});
+    return {logp, ent, correct};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -103,6 +109,7 @@ struct TrainingScope {
 
 }  // namespace
 
+// Returns {logp, entropy, correct} (ChunkedLogprob); callers may use the first two only.
 std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
                                          double temperature, int64_t chunk) {
   if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0, got " + std::to_string(temperature));
@@ -286,6 +293,8 @@ at::Tensor per_token_objective(const ort_loss_config& c, const LossTerms& t, con
       auto kappa = at::where(A.gt(0), at::full_like(A, c.sapo_temp_pos), at::full_like(A, c.sapo_temp_neg));
       return -at::sigmoid(kappa * (w - 1)) * (4.0 / kappa) * A;
     }
+    case ORT_LOSS_SFT:  // cross-entropy of the label; no ratio, advantages unused
+      return -t.logp;
     case ORT_LOSS_VESPO: {
       if (sequence_correction(c)) {
         if (t.rho.defined()) throw std::runtime_error("loss_type vespo needs a token-level importance sampling correction (token_truncate or token_mask)");
@@ -327,16 +336,21 @@ at::Tensor entropy_bonus(const ort_loss_config& c, const ort_batch* b, const at:
 
 bool row_has(const uint8_t* has, int64_t i) { return has == nullptr || has[i] != 0; }
 
-// correction_on says whether the vLLM importance-sampling correction applies.
+// correction_on says whether the vLLM importance-sampling correction applies
+// (never to sft: its labels are data, not samples to reweight).
 bool correction_on(const ort_loss_config& c, const ort_batch* b) {
-  return c.is_correction != ORT_IS_OFF && b->sampler_logps != nullptr && any_row(b->has_sampler, b->n_rows);
+  return c.loss_type != ORT_LOSS_SFT && c.is_correction != ORT_IS_OFF && b->sampler_logps != nullptr &&
+         any_row(b->has_sampler, b->n_rows);
 }
 
 void validate(const ort_loss_config& c, const ort_batch* b) {
-  if (c.loss_type < 0 || c.loss_type > ORT_LOSS_VESPO) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
+  if (c.loss_type < 0 || c.loss_type > ORT_LOSS_SFT) throw std::runtime_error("loss_type " + std::to_string(c.loss_type) + " is unknown");
   if (!(c.temperature > 0)) throw std::runtime_error("temperature must be > 0");
   if (round_normalised(c.loss_type) && !(b->round_tokens > 0)) {
-    throw std::runtime_error("round_tokens must be > 0 for loss types dapo, cispo and vespo");
+    throw std::runtime_error("round_tokens must be > 0 for loss types dapo, cispo, vespo and sft");
+  }
+  if (c.loss_type == ORT_LOSS_SFT && c.beta != 0) {
+    throw std::runtime_error("beta must be 0 for loss_type sft (it has no KL term to a reference), got " + std::to_string(c.beta));
   }
   if (c.loss_type == ORT_LOSS_DR_GRPO && c.max_completion_length <= 0) {
     throw std::runtime_error("max_completion_length must be > 0 for dr_grpo");
@@ -356,6 +370,7 @@ void validate(const ort_loss_config& c, const ort_batch* b) {
 // fused pass cannot give its gradient (a token's d loss / d logp would need
 // log-probs of other tokens, known only after the pass); nullptr when it is.
 const char* fused_blocker(const ort_loss_config& c, const ort_batch* b) {
+  if (c.loss_type == ORT_LOSS_SFT) return nullptr;  // no ratio, so is_level does not matter
   if (c.loss_type == ORT_LOSS_VESPO) return "loss_type vespo weights each token by phi of its sequence's summed log-ratio";
   if (c.is_level == ORT_IS_LEVEL_SEQUENCE) return "importance_sampling_level sequence uses each sequence's mean log-ratio";
   if (sequence_correction(c) && correction_on(c, b)) {
@@ -378,9 +393,10 @@ at::Tensor token_mask(const ort_batch* b, int64_t N, const at::TensorOptions& op
 }
 
 // batch_loss is the micro-batch loss of the completion tokens' log-probs
-// and entropies ([N] each), with its metrics written to st.
+// and entropies ([N] each), with its metrics written to st; correct [N] is
+// 1 where the label is the argmax.
 at::Tensor batch_loss(const ort_loss_config& c, const ort_batch* b, const Batch& bt, const at::Tensor& logp,
-                      const at::Tensor& entropy, ort_loss_stats* st) {
+                      const at::Tensor& entropy, const at::Tensor& correct, ort_loss_stats* st) {
   const auto opts = logp.options();
   auto pad = [&](const at::Tensor& flat) { return pad_tokens(bt, flat); };
   LossTerms t;
@@ -413,6 +429,7 @@ at::Tensor batch_loss(const ort_loss_config& c, const ort_batch* b, const Batch&
   st->rows = static_cast<double>(bt.B);
   st->rows_with_tokens = t.mask.sum(1).gt(0).sum().item<double>();
   st->entropy_sum = (t.ent.detach() * t.mask).sum().item<double>();
+  st->correct_tokens = (pad(correct.detach().to(opts)) * t.mask).sum().item<double>();
   return loss;
 }
 
@@ -508,7 +525,7 @@ TokenLoss make_token_loss(const ort_loss_config& c, const ort_batch* b, const Ba
 // and the loss gradient w.r.t. the hidden rows (undefined where not
 // needed). The LM head's gradient is added to its .grad by the pass itself.
 struct FusedPass {
-  at::Tensor logp, ent, grad_h;
+  at::Tensor logp, ent, correct, grad_h;
 };
 
 // fused_logprobs is ChunkedLogprob's forward that also back-propagates the
@@ -525,6 +542,7 @@ FusedPass fused_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Ten
   FusedPass out;
   out.logp = at::empty({N}, h.options().dtype(acc));
   out.ent = at::empty({N}, h.options().dtype(acc));
+  out.correct = at::empty({N}, h.options().dtype(acc));
   if (need_h) out.grad_h = at::empty_like(h, at::MemoryFormat::Contiguous);
   // The LM head's gradient goes straight into its .grad (addmm_ per chunk)
   // when that already holds an earlier micro-batch's sum in the right dtype,
@@ -541,6 +559,7 @@ FusedPass fused_logprobs(const at::Tensor& h, const at::Tensor& w, const at::Ten
     {
       auto z = at::matmul(hc, w.t()).to(acc);
       if (inv_temp != 1.0) z.mul_(inv_temp);  // as ChunkedLogprob, which multiplies out of place
+      out.correct.narrow(0, s, n).copy_(z.argmax(-1).eq(tgt.squeeze(1)));
       ls = at::log_softmax(z, -1);
     }
     auto lp = ls.gather(1, tgt).squeeze(1);
@@ -612,7 +631,7 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
     auto pass = fused_logprobs(h, w, bt.targets, 1.0 / c.temperature, m.opts.logprob_chunk_rows, tl, need_h, need_w, cancel);
     {
       at::NoGradGuard ng;  // the value and metrics only: the gradient is in pass
-      batch_loss(c, b, bt, pass.logp, pass.ent, st);
+      batch_loss(c, b, bt, pass.logp, pass.ent, pass.correct, st);
     }
     check_cancel(cancel);
     std::vector<at::Tensor> roots, grads;
@@ -624,7 +643,7 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
     return;
   }
   auto lpe = token_logprobs(m, bt, c.temperature, false, cancel);
-  auto loss = batch_loss(c, b, bt, lpe[0], lpe[1], st);
+  auto loss = batch_loss(c, b, bt, lpe[0], lpe[1], lpe[2], st);
   check_cancel(cancel);
   if (backward && loss.requires_grad()) loss.backward();
 }

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 6
+#define ORT_ABI_VERSION 7
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -48,7 +48,8 @@ enum {
   ORT_LOSS_CISPO = 4,
   ORT_LOSS_SAPO = 5,
   ORT_LOSS_LUSPO = 6,
-  ORT_LOSS_VESPO = 7
+  ORT_LOSS_VESPO = 7,
+  ORT_LOSS_SFT = 8 /* supervised fine-tuning: -log p(label), no ratio/clip/KL, advantages ignored */
 };
 
 /* Importance-sampling level (grpo.ISLevel, TRL's importance_sampling_level). */
@@ -68,9 +69,9 @@ enum {
  * (ort_loss_config.logprob_path). FUSED computes each chunk's log-probs and
  * the loss gradient w.r.t. the hidden states and the LM head in one pass, so
  * the logits are never recomputed; it applies where the loss is separable
- * per token (every config except vespo and sequence-level importance
- * sampling, and sequence-level correction with a row that has sampler but
- * no old log-probs). RECOMPUTE keeps the logits out of memory and
+ * per token (sft always; every other config except vespo and sequence-level
+ * importance sampling, and sequence-level correction with a row that has
+ * sampler but no old log-probs). RECOMPUTE keeps the logits out of memory and
  * recomputes each chunk in backward. AUTO = FUSED where it applies, else
  * RECOMPUTE; FUSED on a config it does not apply to is an error. */
 enum { ORT_LOGPROB_AUTO = 0, ORT_LOGPROB_RECOMPUTE = 1, ORT_LOGPROB_FUSED = 2 };
@@ -163,6 +164,7 @@ typedef struct {
   double cispo_clip;
   double kl_sum, entropy_sum;
   double vespo_phi_sum;
+  double correct_tokens; /* active tokens whose argmax logit is the label (ABI 7) */
 } ort_loss_stats;
 
 typedef struct {
