@@ -19,7 +19,7 @@ import (
 // it is given, and a fresh env's stateless GET /state still says null.
 func TestResetAssignsFreshEpisodeIDs(t *testing.T) {
 	ctx := context.Background()
-	for _, key := range []string{"mcp-echo", "guess", "letters", "echo"} {
+	for _, key := range []string{"mcp-echo", "guess", "letters", "lockbox", "echo"} {
 		t.Run(key, func(t *testing.T) {
 			c, served := serveOpenEnv(t, key, envs.ProtocolOpenEnv)
 			var ids []string

@@ -369,6 +369,8 @@ func TestServeLocalProtocol(t *testing.T) {
 		{"echo", "", envs.ProtocolORS, ""},
 		{"letters", envs.ProtocolORS, envs.ProtocolORS, ""},
 		{"letters", envs.ProtocolOpenEnv, envs.ProtocolOpenEnv, ""},
+		{"lockbox", "", envs.ProtocolORS, ""},
+		{"lockbox", envs.ProtocolOpenEnv, envs.ProtocolOpenEnv, ""},
 		{"guess", "", envs.ProtocolOpenEnv, ""},
 		{"mcp-echo", envs.ProtocolOpenEnv, envs.ProtocolOpenEnv, ""},
 		{"guess", envs.ProtocolORS, "", "speaks OpenEnv only"},

@@ -1,6 +1,7 @@
 // Package envs holds ortrain's built-in environments: echo (the TRL test
-// fixture) and letters (the CPU demo), written for ORS with orsserver and
-// also servable over OpenEnv as MCP envs; guess (a Gym-style game) and
+// fixture), letters (the CPU demo) and lockbox (the two-turn tool-use CPU
+// demo: read a code, then unlock with it), written for ORS with orsserver
+// and also servable over OpenEnv as MCP envs; guess (a Gym-style game) and
 // mcp-echo (OpenEnv's echo env), written for OpenEnv with openenvserver.
 package envs
 
@@ -46,6 +47,7 @@ func (b builtin) protocol() Protocol {
 var builtins = map[string]builtin{
 	"echo":     {ors: Echo},
 	"letters":  {ors: Letters},
+	"lockbox":  {ors: Lockbox},
 	"guess":    {openenv: Guess},
 	"mcp-echo": {openenv: MCPEcho, description: "OpenEnv's echo env (MCP): tools echo_message and echo_with_length"},
 }
