@@ -177,8 +177,7 @@ func buildSections(t *metricsTable) []section {
 	opt = appendChart(opt, b.lines("kl", "KL to the reference", "kl", "kl"))
 	opt = appendChart(opt, b.lines("entropy", "Entropy", "nats per token", "entropy"))
 	opt = appendChart(opt, b.lines("clip", "Clip ratios", "fraction", append(b.withPrefix("clip_ratio/"), "cispo_clip_ratio")...))
-	opt = appendChart(opt, b.lines("grad-norm", "Gradient norm (before clipping)", "norm", "grad_norm"))
-	opt = appendChart(opt, b.lines("lr", "Learning rate", "lr", "learning_rate"))
+	opt = append(opt, optimizerCharts(b)...)
 	secs = append(secs, section{Title: "Optimization", Charts: opt})
 
 	var comp []chart
@@ -214,7 +213,21 @@ func buildSections(t *metricsTable) []section {
 	timing = appendChart(timing, b.lines("time-inside", "Inside the rollout phase", "seconds", inside...))
 	secs = append(secs, section{Title: "Time", Note: "Stacked phases add up to step_time; \"other\" is the rest of the step. Generation and env time are measured inside the rollout phase and drawn separately.", Charts: timing})
 
-	// Everything not claimed above, grouped by its first path element.
+	secs = append(secs, section{Title: "Other metrics", Charts: otherCharts(b)})
+	return nonEmpty(secs)
+}
+
+// optimizerCharts are the charts every trainer's optimizer step logs.
+func optimizerCharts(b *chartBuilder) []chart {
+	var opt []chart
+	opt = appendChart(opt, b.lines("grad-norm", "Gradient norm (before clipping)", "norm", "grad_norm"))
+	opt = appendChart(opt, b.lines("lr", "Learning rate", "lr", "learning_rate"))
+	return opt
+}
+
+// otherCharts draws every key not claimed yet, grouped by its first path
+// element, so a metric the report does not know is still shown.
+func otherCharts(b *chartBuilder) []chart {
 	groups := map[string][]string{}
 	for _, k := range b.keys {
 		if b.used[k] {
@@ -232,8 +245,11 @@ func buildSections(t *metricsTable) []section {
 	for _, h := range heads {
 		other = appendChart(other, b.lines("other-"+h, h, "", groups[h]...))
 	}
-	secs = append(secs, section{Title: "Other metrics", Charts: other})
+	return other
+}
 
+// nonEmpty drops the sections without charts.
+func nonEmpty(secs []section) []section {
 	out := secs[:0]
 	for _, s := range secs {
 		if len(s.Charts) > 0 {

@@ -84,6 +84,10 @@ type pageData struct {
 	EvalChart    *renderedChart
 	Trajectories *trajectorySample
 	Notes        []string
+	// SFT: a supervised fine-tuning run, with no rewards or rollouts;
+	// Data is what became of its rows (nil when the manifest lacks it).
+	SFT  bool
+	Data *sftStats
 }
 
 // Generate reads the run directory runDir and writes the HTML report to w.
@@ -118,7 +122,14 @@ func Generate(ctx context.Context, runDir string, w io.Writer, opts Options) err
 	data := pageData{
 		RunDir: runDir, Generated: opts.Now().UTC().Format(time.RFC3339), Refresh: opts.RefreshSeconds,
 		Manifest: m, Steps: len(metrics.steps), Trajectories: trajs, Evals: evals,
-		Summary: runSummary(metrics, trajs),
+		SFT: isSFT(m, metrics),
+	}
+	sections := buildSections
+	if data.SFT {
+		_, data.Data = m.runKind()
+		data.Summary, sections = sftSummary(metrics), buildSFTSections
+	} else {
+		data.Summary = runSummary(metrics, trajs)
 	}
 	if n := len(metrics.steps); n > 0 {
 		data.FirstStep, data.LastStep = metrics.steps[0], metrics.steps[n-1]
@@ -129,7 +140,7 @@ func Generate(ctx context.Context, runDir string, w io.Writer, opts Options) err
 	if trajs.Skipped > 0 {
 		data.Notes = append(data.Notes, fmt.Sprintf("%d lines of %s could not be read and were skipped.", trajs.Skipped, trajectoriesFile))
 	}
-	for _, s := range buildSections(metrics) {
+	for _, s := range sections(metrics) {
 		rs := renderedSection{Title: s.Title, Note: s.Note}
 		for _, c := range s.Charts {
 			svg, err := renderSVG(c)
@@ -223,11 +234,11 @@ func templateFuncs(maxRunes int) template.FuncMap {
 			}
 			return formatNumber(*r)
 		},
-		"args":    func(c toolCall) string { return clipText(prettyJSON(c.Arguments), maxRunes) },
-		"keys":    sortedKeys,
-		"passAt":  passLabel,
-		"envMean": func(e evalRun) map[string]float64 { return e.envMeans() },
-		"add":     func(a, b int) int { return a + b },
+		"conversation": conversation,
+		"keys":         sortedKeys,
+		"passAt":       passLabel,
+		"envMean":      func(e evalRun) map[string]float64 { return e.envMeans() },
+		"add":          func(a, b int) int { return a + b },
 		"dict": func(kv ...any) (map[string]any, error) {
 			if len(kv)%2 != 0 {
 				return nil, errors.New("dict needs key-value pairs")

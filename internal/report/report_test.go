@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -334,8 +333,9 @@ func TestGenerateEscapesModelTextAndStaysBounded(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(html, `<details class="step" id="step-400" open>`))
 	assert.Less(t, page.Len(), 2<<20, "page bytes for %d steps and %d rollouts", steps, len(trajs))
 	t.Logf("page: %d bytes for %d steps, %d rollouts", page.Len(), steps, len(trajs))
-	// Tool-call arguments are pretty-printed JSON, escaped.
-	assert.True(t, regexp.MustCompile(`\{\n  &#34;answer&#34;: &#34;\\u003c/pre\\u003e`).MatchString(html), "pretty-printed arguments")
+	// Tool-call arguments are shown as the model wrote them (not as the
+	// trainer's \u003c escapes), on one line, escaped for HTML.
+	assert.Contains(t, html, `{&#34;answer&#34;: &#34;&lt;/pre&gt;&lt;script&gt;alert(\&#34;x\&#34;)`, "arguments")
 }
 
 func TestGenerateReadsEvals(t *testing.T) {

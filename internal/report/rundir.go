@@ -45,6 +45,9 @@ type manifest struct {
 		Name   string `json:"name"`
 		Split  string `json:"split"`
 	} `json:"envs"`
+	// Extra is what a kind of run adds; free-form, so it is decoded
+	// leniently (runKind): a shape the report does not know never stops it.
+	Extra json.RawMessage `json:"extra"`
 }
 
 // envName is the name of env index i, or its index when the manifest does

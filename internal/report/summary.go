@@ -31,17 +31,7 @@ var notAnOutcome = map[string]bool{"unscorable": true}
 // runSummary is the line at the top of the page: steps and their time,
 // how the reward moved, and how many rollouts ran and failed.
 func runSummary(t *metricsTable, trajs *trajectorySample) string {
-	var parts []string
-	if n := len(t.steps); n == 0 {
-		parts = append(parts, "no steps logged yet")
-	} else {
-		s := plural(n, "step")
-		if secs, ok := sumFinite(t, "step_time"); ok {
-			// The steps' own wall time: startup and evals are not in it.
-			s += " in " + formatSeconds(secs)
-		}
-		parts = append(parts, s)
-	}
+	parts := []string{stepsSummary(t)}
 	if r := rewardSummary(t); r != "" {
 		parts = append(parts, r)
 	}
@@ -49,6 +39,20 @@ func runSummary(t *metricsTable, trajs *trajectorySample) string {
 		parts = append(parts, r)
 	}
 	return strings.Join(parts, " · ")
+}
+
+// stepsSummary is "N steps in T", or says that no step was logged.
+func stepsSummary(t *metricsTable) string {
+	n := len(t.steps)
+	if n == 0 {
+		return "no steps logged yet"
+	}
+	s := plural(n, "step")
+	if secs, ok := sumFinite(t, "step_time"); ok {
+		// The steps' own wall time: startup and evals are not in it.
+		s += " in " + formatSeconds(secs)
+	}
+	return s
 }
 
 // rewardSummary is "reward first → last, best B at step S" over the steps

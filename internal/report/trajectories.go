@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +42,8 @@ type turn struct {
 	Reward    *float64   `json:"reward"`
 	Finished  bool       `json:"finished"`
 	Error     string     `json:"error"`
+	// FormatError: the assistant wrote a tool call that did not parse.
+	FormatError bool `json:"format_error"`
 }
 
 type toolCall struct {
@@ -217,17 +218,4 @@ func spread(sorted []int, n int) []int {
 		}
 	}
 	return out
-}
-
-// prettyJSON indents tool-call arguments for display; anything that is not
-// valid JSON is shown as it is.
-func prettyJSON(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return ""
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
 }
