@@ -36,10 +36,12 @@ var allowed = map[string][]string{
 	"internal/chat":       {"internal/chat/jinja"},
 	"internal/chat/jinja": {},
 	"internal/childproc":  {},
-	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
-		"internal/train", "internal/vllm", "internal/worker"},
+		"internal/sft", "internal/train", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/grpo", "internal/reward"},
+	// scripted demonstrations (SFT data) played through the env-target interfaces.
+	"internal/demos":  {"internal/envtarget"},
 	"internal/engine": {"internal/backoff", "internal/vllm", "internal/worker"},
 	// serve-engine: the vLLM HTTP subset over the builtin backend; only cli imports it.
 	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/model", "internal/vllm", "internal/worker"},
@@ -58,8 +60,10 @@ var allowed = map[string][]string{
 	// the run report reads a run directory with its own types (no trainer, no cgo).
 	"internal/report": {},
 	// reward functions see trajectories through their own view type, not rollout's.
-	"internal/reward":   {"internal/backoff", "internal/grpo"},
-	"internal/rollout":  {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
+	"internal/reward":  {"internal/backoff", "internal/grpo"},
+	"internal/rollout": {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
+	// SFT: data, tokens through the chat pipeline, batches; it plugs into train's step (train.Trainer).
+	"internal/sft":      {"internal/chat", "internal/config", "internal/grpo", "internal/train", "internal/worker"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},

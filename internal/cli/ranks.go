@@ -63,7 +63,7 @@ func runRanks(ctx context.Context, opts *RunOptions, cfg *config.Config) error {
 // rankArgs is the run command line for a rank: every flag set on this
 // one (persistent flags included) but --nproc-per-node.
 func rankArgs(cmd *cobra.Command) []string {
-	args := []string{"run"}
+	args := []string{cmd.Name()}
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		if f.Name == "nproc-per-node" {
 			return

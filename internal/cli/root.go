@@ -139,6 +139,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	root.AddCommand(
 		newVersionCmd(deps),
 		newRunCmd(deps, nil),
+		newSFTCmd(deps),
 		newEvalCmd(deps, nil),
 		newInitModelCmd(deps, nil),
 		newServeEngineCmd(deps, nil),

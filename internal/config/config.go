@@ -37,6 +37,8 @@ type Config struct {
 	Worker  WorkerConfig  `mapstructure:"worker"`
 	Logging LoggingConfig `mapstructure:"logging"`
 	Async   AsyncConfig   `mapstructure:"async"`
+	// SFT is `ortrain sft`'s section (sft.go); `ortrain run` ignores it.
+	SFT SFTConfig `mapstructure:"sft"`
 }
 
 // AsyncConfig lets the rollouts of the next rounds run while the current
@@ -392,6 +394,7 @@ func Default() Config {
 			BucketMB:          25,
 		},
 		Logging: LoggingConfig{LogCompletions: true},
+		SFT:     defaultSFT(),
 	}
 }
 

@@ -299,6 +299,15 @@ func unknownEnvVars(environ []string) []*UnknownKeyError {
 // distance of the whole name, then by the last segment of the key
 // (ORTRAIN_LEARNING_RATE → ORTRAIN_GRPO_LEARNING_RATE).
 func suggestEnvVar(name string, valid map[string]string) string {
+	// A key written without its section (ORTRAIN_LEARNING_RATE) names a
+	// leaf exactly: the first section holding it (grpo before sft) wins
+	// over a nearer whole name.
+	for _, v := range slices.Sorted(maps.Keys(valid)) {
+		k := valid[v]
+		if strings.EqualFold(k[strings.LastIndex(k, ".")+1:], strings.TrimPrefix(name, EnvPrefix)) {
+			return v
+		}
+	}
 	best, bestD := "", 1<<30
 	for _, v := range slices.Sorted(maps.Keys(valid)) {
 		if d := levenshtein(name, v); d < bestD {

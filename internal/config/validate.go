@@ -276,33 +276,39 @@ func (g *GRPOConfig) validate() error {
 	case g.SaveSteps < 0:
 		return bad("grpo.save_steps", g.SaveSteps, "0 (only at the end) or a positive count")
 	}
-	if err := g.LoRA.validateModulesToSave(); err != nil {
+	return g.LoRA.validate("grpo.lora")
+}
+
+// validate checks a lora section; prefix names it in errors (grpo.lora,
+// sft.lora).
+func (l *LoRAConfig) validate(prefix string) error {
+	if err := l.validateModulesToSave(prefix); err != nil {
 		return err
 	}
-	if g.LoRA.Enabled {
+	if l.Enabled {
 		switch {
-		case g.LoRA.Rank < 1:
-			return bad("grpo.lora.r", g.LoRA.Rank, "at least 1")
-		case !(g.LoRA.Alpha > 0):
-			return bad("grpo.lora.alpha", g.LoRA.Alpha, "> 0")
-		case !(g.LoRA.Dropout >= 0 && g.LoRA.Dropout < 1):
-			return bad("grpo.lora.dropout", g.LoRA.Dropout, "in [0, 1)")
-		case len(g.LoRA.TargetModules) == 0:
-			return bad("grpo.lora.target_modules", g.LoRA.TargetModules, "at least one module name such as q_proj")
+		case l.Rank < 1:
+			return bad(prefix+".r", l.Rank, "at least 1")
+		case !(l.Alpha > 0):
+			return bad(prefix+".alpha", l.Alpha, "> 0")
+		case !(l.Dropout >= 0 && l.Dropout < 1):
+			return bad(prefix+".dropout", l.Dropout, "in [0, 1)")
+		case len(l.TargetModules) == 0:
+			return bad(prefix+".target_modules", l.TargetModules, "at least one module name such as q_proj")
 		}
 	}
 	return nil
 }
 
-func (l *LoRAConfig) validateModulesToSave() error {
+func (l *LoRAConfig) validateModulesToSave(prefix string) error {
 	if len(l.ModulesToSave) == 0 {
 		return nil
 	}
 	if !l.Enabled {
-		return bad("grpo.lora.modules_to_save", l.ModulesToSave, "only with grpo.lora.enabled: true (full fine-tuning trains every module)")
+		return bad(prefix+".modules_to_save", l.ModulesToSave, "only with %s.enabled: true (full fine-tuning trains every module)", prefix)
 	}
 	for i, m := range l.ModulesToSave {
-		field := fmt.Sprintf("grpo.lora.modules_to_save[%d]", i)
+		field := fmt.Sprintf("%s.modules_to_save[%d]", prefix, i)
 		if !slices.Contains(SaveableModules(), m) {
 			return bad(field, m, "allowed: %s", strings.Join(SaveableModules(), ", "))
 		}
@@ -367,8 +373,10 @@ func (g *GRPOConfig) BatchShape() (BatchShape, error) {
 func (g *GRPOConfig) LossConfig() (grpo.LossConfig, error) {
 	lc := grpo.DefaultLossConfig()
 	lt, err := grpo.ParseLossType(g.LossType)
-	if err != nil {
-		return lc, bad("grpo.loss_type", g.LossType, "allowed: %s", strings.Join(grpo.LossTypeNames(), ", "))
+	rl := slices.DeleteFunc(grpo.LossTypeNames(), func(n string) bool { return n == grpo.LossSFT.String() })
+	if err != nil || lt == grpo.LossSFT {
+		// sft is `ortrain sft`'s loss: it ignores the advantages.
+		return lc, bad("grpo.loss_type", g.LossType, "allowed: %s (sft is the loss of `ortrain sft`, which ignores rewards)", strings.Join(rl, ", "))
 	}
 	lvl, err := grpo.ParseISLevel(g.ImportanceSamplingLevel)
 	if err != nil {

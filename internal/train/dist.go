@@ -211,13 +211,14 @@ type wireRoundStats struct {
 	RolloutTime        time.Duration
 	Outcomes           map[string]int
 	FormatErrors       int
+	AssistantTurns     int
 	EnvBusy, GenBusy   time.Duration
 	EnvSpans, GenSpans []rollout.Span
 }
 
 func (p *roundPart) wire() (wireRoundPart, error) {
 	w := wireRoundPart{Samples: p.Samples, Failures: p.Failures, FirstFailure: p.FirstFailure, Tools: p.Stats.Tools,
-		Stats: wireRoundStats{RolloutTime: p.Stats.RolloutTime, Outcomes: p.Stats.Outcomes, FormatErrors: p.Stats.FormatErrors,
+		Stats: wireRoundStats{RolloutTime: p.Stats.RolloutTime, Outcomes: p.Stats.Outcomes, FormatErrors: p.Stats.FormatErrors, AssistantTurns: p.Stats.AssistantTurns,
 			EnvBusy: p.Stats.EnvBusy, GenBusy: p.Stats.GenBusy, EnvSpans: p.Stats.EnvSpans, GenSpans: p.Stats.GenSpans}}
 	for _, s := range p.Scores {
 		ws := wireScores{Values: s.Values, Total: s.Total}
@@ -260,6 +261,7 @@ func (p *roundPart) appendWire(w wireRoundPart) error {
 		st.Outcomes[k] += v
 	}
 	st.FormatErrors += w.Stats.FormatErrors
+	st.AssistantTurns += w.Stats.AssistantTurns
 	st.EnvBusy += w.Stats.EnvBusy
 	st.GenBusy += w.Stats.GenBusy
 	st.EnvSpans = append(st.EnvSpans, w.Stats.EnvSpans...)
@@ -386,27 +388,4 @@ func (l *stepLoop) addReferenceLogprobsDist(ctx context.Context, mbs []grpo.Micr
 		addSamplingMetrics(global, l.cfg.Loss, m)
 	}
 	return nil
-}
-
-// reduceGradients averages the step's gradients over the ranks and
-// gathers every rank's loss statistics, so the step's metrics describe
-// the global batch: the loss of a global micro-batch is the mean of its
-// slices' losses.
-func (l *stepLoop) reduceGradients(ctx context.Context, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error) {
-	t0 := time.Now()
-	gs, err := l.dist.AllReduceGrads(ctx)
-	m.AllReduceTime = time.Since(t0)
-	if err != nil {
-		return nil, fmt.Errorf("step %d: all-reduce gradients: %w", l.step+1, err)
-	}
-	m.AllReduceBytes = gs.Bytes
-	all, err := gatherGob(ctx, l.dist, stats)
-	if err != nil {
-		return nil, fmt.Errorf("step %d: gather loss statistics: %w", l.step+1, err)
-	}
-	var out []worker.LossStats
-	for _, s := range all {
-		out = append(out, s...)
-	}
-	return out, nil
 }

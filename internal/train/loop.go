@@ -323,58 +323,12 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		// A round used since an earlier step: its samples, nothing dropped now.
 		m.Staleness = staleness{Sum: l.roundStaleness.Sum, Count: l.roundStaleness.Count, Max: l.roundStaleness.Max}
 	}
-	var stats []worker.LossStats
-	for range l.cfg.Shape.GA {
-		if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
-			next := l.generateRound
-			if l.async() {
-				next = l.nextAsyncRound
-			}
-			if err := next(ctx, &m); err != nil {
-				return m, err
-			}
-		}
-		mb := l.round[l.microStep%l.cfg.Shape.S]
-		if l.dist != nil {
-			mb = localSlice(mb, l.dist.Rank(), l.dist.WorldSize())
-		}
-		t0 := time.Now()
-		var st worker.LossStats
-		err := withDeadline(ctx, l.cfg.StepTimeout, func(c context.Context) (err error) {
-			st, err = l.policy.ForwardBackward(c, mb, l.cfg.Loss)
-			return err
-		})
-		m.TrainTime += time.Since(t0)
-		if err != nil {
-			return m, fmt.Errorf("step %d micro-step %d: forward/backward: %w", l.step+1, l.microStep, err)
-		}
-		stats = append(stats, st)
-		l.microStep++
-	}
-	if l.dist != nil {
-		if stats, err = l.reduceGradients(ctx, stats, &m); err != nil {
-			return m, err
-		}
-	}
 	lr := l.cfg.Schedule(l.step)
-	t0 := time.Now()
-	// Once the micro-steps are done the optimizer step runs to the end,
-	// interrupt or not (bounded by its own deadline): cutting it short
-	// could leave the weights half-updated, and finishing it makes the
-	// interrupted step complete, so it is saved.
-	var gn float64
-	optTimeout := l.cfg.OptimizerTimeout
-	if optTimeout <= 0 {
-		optTimeout = 5 * time.Minute
-	}
-	err = withDeadline(context.WithoutCancel(ctx), optTimeout, func(c context.Context) (err error) {
-		gn, err = l.policy.OptimizerStep(c, lr)
-		return err
-	})
-	m.TrainTime += time.Since(t0)
+	out, err := runOptimizerStep(ctx, l.policy, l, reducerOf(l.dist), l.phases(), l.step+1, lr, &m)
 	if err != nil {
-		return m, &OptimizerError{Step: l.step + 1, Err: err}
+		return m, err
 	}
+	stats, gn := out.Stats, out.GradNorm
 	l.step++
 	l.commit()
 	syncCtx := ctx
@@ -389,7 +343,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 			return m, err
 		}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := l.syncWeights(syncCtx); err != nil {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
@@ -428,6 +382,29 @@ func addRouterStats(extra map[string]float64, st engine.RouterStats) {
 	if total > 0 && len(st.Requests) > 1 {
 		extra["router/max_replica_share"] = float64(most) / float64(total)
 	}
+}
+
+// NextMicroBatch is the batch source of a run (step.go): the next
+// micro-batch of the current round; a new round is generated, or taken from
+// the async queue, once the current one has been consumed mu times.
+func (l *stepLoop) NextMicroBatch(ctx context.Context, m *StepMetrics) (grpo.MicroBatch, error) {
+	if l.round == nil || l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) == 0 {
+		next := l.generateRound
+		if l.async() {
+			next = l.nextAsyncRound
+		}
+		if err := next(ctx, m); err != nil {
+			return grpo.MicroBatch{}, err
+		}
+	}
+	mb := l.round[l.microStep%l.cfg.Shape.S]
+	l.microStep++
+	return mb, nil
+}
+
+// phases are the step settings runOptimizerStep needs.
+func (l *stepLoop) phases() stepPhases {
+	return stepPhases{GA: l.cfg.Shape.GA, Loss: l.cfg.Loss, StepTimeout: l.cfg.StepTimeout, OptimizerTimeout: l.cfg.OptimizerTimeout}
 }
 
 // withDeadline runs f under its own deadline (none when d is 0); a worker
@@ -483,6 +460,7 @@ type roundStats struct {
 	Rewards            map[string]float64
 	Outcomes           map[string]int
 	FormatErrors       int
+	AssistantTurns     int // sampled turns, the denominator of tools/parse_rate
 	EnvBusy, GenBusy   time.Duration
 	EnvSpans, GenSpans []rollout.Span
 	Round              grpo.RoundMetrics
@@ -694,6 +672,11 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 	for i, t := range trajs {
 		m.Outcomes[string(t.Outcome)]++
 		m.FormatErrors += t.FormatErrors
+		for _, turn := range t.Turns {
+			if turn.Role == "assistant" {
+				m.AssistantTurns++
+			}
+		}
 		s := grpo.Sample{
 			ToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
 			Truncated: t.Outcome == rollout.OutcomeTruncated,

@@ -34,6 +34,9 @@ type StepMetrics struct {
 	Round        grpo.RoundMetrics
 	Outcomes     map[string]int
 	FormatErrors int
+	// AssistantTurns are the sampled turns of the step's rollouts: with
+	// FormatErrors, the share of turns whose tool calls parsed.
+	AssistantTurns int
 
 	// EnvTime and GenTime are wall time: how long at least one rollout was
 	// in that phase. EnvBusy and GenBusy sum the phase over all rollouts
@@ -80,6 +83,7 @@ func (m *StepMetrics) addRound(s roundStats) {
 	}
 	m.Outcomes = s.Outcomes
 	m.FormatErrors += s.FormatErrors
+	m.AssistantTurns += s.AssistantTurns
 	m.EnvBusy += s.EnvBusy
 	m.GenBusy += s.GenBusy
 	m.envSpans = append(m.envSpans, s.EnvSpans...)
@@ -151,6 +155,9 @@ func (m StepMetrics) Map() map[string]float64 {
 		"time/train":           m.TrainTime.Seconds(),
 		"time/sync":            m.SyncTime.Seconds(),
 		"tools/format_errors":  float64(m.FormatErrors),
+	}
+	if m.AssistantTurns > 0 {
+		out["tools/parse_rate"] = 1 - float64(m.FormatErrors)/float64(m.AssistantTurns)
 	}
 	if m.HasKL {
 		out["kl"] = m.KL
