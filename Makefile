@@ -43,11 +43,12 @@ lint:
 install: build
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/ortrain
 
-# demo: the main job on the embedded defaults — GRPO on CPU against the
-# built-in letters env with a tiny model created on first run
-# (configs/quickstart.yaml, embedded in the binary).
+# demo: the mission at CPU scale (scripts/demo, configs/lockbox.yaml):
+# demonstrations from the built-in lockbox env, `ortrain sft` on them, then
+# GRPO with tools rendered and parsed, each phase timed. The 10-second letters
+# quickstart is `bin/ortrain run` (the embedded defaults).
 demo: setup build
-	$(BIN) run --overwrite
+	scripts/demo
 
 # bench: the Go micro-benchmarks (ORS round trips, tokenizer, rendering,
 # rewards, the worker's step, sampling and all-reduce), then scripts/bench-step:
