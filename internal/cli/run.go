@@ -183,15 +183,7 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 // config that names it gives, never at a --model or ORTRAIN_MODEL path (a
 // random model must not shadow a Hugging Face name).
 func loadRunConfig(opts *RunOptions, env string) (*config.Config, error) {
-	src := config.Source{File: opts.ConfigFile, Getenv: opts.Getenv, Flags: map[string]*pflag.Flag{}}
-	if opts.Environ != nil {
-		src.Environ = opts.Environ()
-	}
-	for k, f := range opts.Flags {
-		if f != nil && f.Changed {
-			src.Flags[k] = f
-		}
-	}
+	src := configSource(opts)
 	modelGiven := src.Flags["model"] != nil || (opts.Getenv != nil && opts.Getenv(config.EnvVarFor("model")) != "")
 	if opts.ConfigFile == "" {
 		src.Data = configs.Quickstart()
@@ -220,6 +212,50 @@ func loadRunConfig(opts *RunOptions, env string) (*config.Config, error) {
 	return cfg, nil
 }
 
+// configSource is the config layers the command's flags give: --config,
+// the ORTRAIN_* environment and the flags that were set.
+func configSource(opts *RunOptions) config.Source {
+	src := config.Source{File: opts.ConfigFile, Getenv: opts.Getenv, Flags: map[string]*pflag.Flag{}}
+	if opts.Environ != nil {
+		src.Environ = opts.Environ()
+	}
+	for k, f := range opts.Flags {
+		if f != nil && f.Changed {
+			src.Flags[k] = f
+		}
+	}
+	return src
+}
+
+// printConfig writes the resolved config as YAML (--print-config).
+func printConfig(io *IOStreams, cfg *config.Config) error {
+	y, err := cfg.YAML()
+	if err != nil {
+		return err
+	}
+	_, err = io.Out.Write(y)
+	return err
+}
+
+// placeRanks finds this process's place in a data-parallel run; with
+// --nproc-per-node N > 1 it starts the N local ranks itself and reports
+// launched once they are done.
+func placeRanks(ctx context.Context, opts *RunOptions, cfg *config.Config) (world launch.World, launched bool, err error) {
+	if world, err = launch.FromEnv(opts.Getenv); err != nil {
+		return world, false, &UsageError{Err: err}
+	}
+	if opts.NProcPerNode < 1 {
+		return world, false, usageErrorf("--nproc-per-node %d: want at least 1", opts.NProcPerNode)
+	}
+	if opts.NProcPerNode == 1 {
+		return world, false, nil
+	}
+	if world.Distributed() {
+		return world, false, usageErrorf("--nproc-per-node %d inside a launcher that already set %d ranks (%s): pass one or the other", opts.NProcPerNode, world.WorldSize, world.Source)
+	}
+	return world, true, runRanks(ctx, opts, cfg)
+}
+
 // quickstartEnv is the env target of the embedded quickstart.
 func quickstartEnv() string {
 	cfg, err := config.Resolve(config.Source{Data: configs.Quickstart()})
@@ -235,12 +271,7 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 		return err
 	}
 	if opts.PrintConfig {
-		y, err := cfg.YAML()
-		if err != nil {
-			return err
-		}
-		_, err = opts.IO.Out.Write(y)
-		return err
+		return printConfig(opts.IO, cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		return &UsageError{Err: err}
@@ -254,18 +285,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if opts.DryRun {
 		return dryRun(ctx, cfg, opts)
 	}
-	world, err := launch.FromEnv(opts.Getenv)
-	if err != nil {
-		return &UsageError{Err: err}
-	}
-	if opts.NProcPerNode < 1 {
-		return usageErrorf("--nproc-per-node %d: want at least 1", opts.NProcPerNode)
-	}
-	if opts.NProcPerNode > 1 {
-		if world.Distributed() {
-			return usageErrorf("--nproc-per-node %d inside a launcher that already set %d ranks (%s): pass one or the other", opts.NProcPerNode, world.WorldSize, world.Source)
-		}
-		return runRanks(ctx, opts, cfg)
+	world, launched, err := placeRanks(ctx, opts, cfg)
+	if err != nil || launched {
+		return err
 	}
 	logResolved(opts.Logger, cfg)
 	prog := newProgress(opts.IO, opts.Logger)

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ortrain/ortrain/internal/config"
-	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/sft"
 )
 
@@ -92,26 +91,12 @@ model, chat, worker and logging are shared with 'ortrain run'.`,
 }
 
 func runSFT(ctx context.Context, opts *RunOptions) error {
-	src := config.Source{File: opts.ConfigFile, Getenv: opts.Getenv, Flags: map[string]*pflag.Flag{}}
-	if opts.Environ != nil {
-		src.Environ = opts.Environ()
-	}
-	for k, f := range opts.Flags {
-		if f != nil && f.Changed {
-			src.Flags[k] = f
-		}
-	}
-	cfg, err := config.Resolve(src)
+	cfg, err := config.Resolve(configSource(opts))
 	if err != nil {
 		return &UsageError{Err: err}
 	}
 	if opts.PrintConfig {
-		y, err := cfg.YAML()
-		if err != nil {
-			return err
-		}
-		_, err = opts.IO.Out.Write(y)
-		return err
+		return printConfig(opts.IO, cfg)
 	}
 	if err := cfg.ValidateSFT(); err != nil {
 		return &UsageError{Err: err}
@@ -119,18 +104,9 @@ func runSFT(ctx context.Context, opts *RunOptions) error {
 	if opts.Resume && opts.Overwrite {
 		return usageErrorf("--resume and --overwrite contradict each other: pass one")
 	}
-	world, err := launch.FromEnv(opts.Getenv)
-	if err != nil {
-		return &UsageError{Err: err}
-	}
-	if opts.NProcPerNode < 1 {
-		return usageErrorf("--nproc-per-node %d: want at least 1", opts.NProcPerNode)
-	}
-	if opts.NProcPerNode > 1 {
-		if world.Distributed() {
-			return usageErrorf("--nproc-per-node %d inside a launcher that already set %d ranks (%s): pass one or the other", opts.NProcPerNode, world.WorldSize, world.Source)
-		}
-		return runRanks(ctx, opts, cfg)
+	world, launched, err := placeRanks(ctx, opts, cfg)
+	if err != nil || launched {
+		return err
 	}
 	ro := sft.RunOptions{RunOptions: runOptions(opts)}
 	ro.World = world
