@@ -65,10 +65,11 @@ exactly. Settings live in the config's sft: section (TRL's SFTConfig names);
 model, chat, worker and logging are shared with 'ortrain run'.`,
 		Example: `  # demonstrations from the built-in lockbox env, then SFT on them
   ortrain env demos lockbox --n 256 --out demos.jsonl
-  ortrain sft --config configs/lockbox-sft.yaml --data demos.jsonl
+  ortrain sft --config configs/lockbox.yaml --data demos.jsonl --output-dir runs/lockbox-sft
 
-  # then GRPO from the fine-tuned weights
-  ortrain run --config configs/lockbox-grpo.yaml --model runs/lockbox-sft/checkpoints/step-000060/model`,
+  # SFT, then GRPO from the fine-tuned weights (sft prints their directory)
+  model=$(ortrain sft --config configs/lockbox.yaml --data demos.jsonl --output-dir runs/lockbox-sft --overwrite)
+  ortrain run --config configs/lockbox.yaml --model "$model"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Logger = deps.Logger

@@ -141,6 +141,11 @@ type ChatConfig struct {
 	ToolCallFormat string `mapstructure:"tool_call_format"`
 	// TemplateKwargs are extra chat-template variables (e.g. enable_thinking).
 	TemplateKwargs map[string]any `mapstructure:"template_kwargs"`
+	// TemplatePath, when set, is a Jinja chat template file used instead of
+	// the model's own (TRL's chat_template_path, vLLM's --chat-template).
+	// Checkpoints carry it as chat_template.jinja, so the trained model
+	// renders prompts the way it was trained.
+	TemplatePath string `mapstructure:"template_path"`
 	// FinalAnswerTool, when set, submits a plain-text final answer to this
 	// tool's single string argument (small models rarely format tool calls).
 	FinalAnswerTool string `mapstructure:"final_answer_tool"`

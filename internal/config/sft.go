@@ -149,6 +149,7 @@ func SFTResumeChanges(saved, now *Config) []Change {
 		"sft.per_device_train_batch_size", "sft.gradient_accumulation_steps", "sft.max_length",
 		"sft.truncation_mode", "sft.assistant_only_loss", "sft.completion_only_loss", "sft.skip_bad_rows",
 		"sft.lora.enabled", "chat.system_prompt", "chat.render_tools", "chat.tool_call_format",
+		"chat.template_path",
 	}
 	if saved.SFT.LoRA.Enabled || now.SFT.LoRA.Enabled {
 		keys = append(keys, "sft.lora.r", "sft.lora.alpha", "sft.lora.dropout", "sft.lora.target_modules", "sft.lora.modules_to_save")

@@ -143,6 +143,27 @@ func PrepareModel(cfg *config.Config, getenv func(string) string, log zerolog.Lo
 	return dir, nil
 }
 
+// chatTemplate compiles the template at path (chat.template_path) or, with
+// no path, the model directory's own.
+func chatTemplate(tok *chat.Tokenizer, dir, path string) (*chat.Template, error) {
+	if path == "" {
+		tmpl, err := tok.Template("")
+		if err != nil {
+			return nil, fmt.Errorf("chat template of %s: %w (add chat_template to tokenizer_config.json or a chat_template.jinja file, or set chat.template_path)", dir, err)
+		}
+		return tmpl, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &config.FieldError{Field: "chat.template_path", Value: path, Allowed: fmt.Sprintf("a readable Jinja chat template file (%v)", err)}
+	}
+	tmpl, err := chat.NewTemplate(string(src), tok.SpecialStrings(), nil)
+	if err != nil {
+		return nil, &config.FieldError{Field: "chat.template_path", Value: path, Allowed: fmt.Sprintf("a Jinja chat template that compiles (%v)", err)}
+	}
+	return tmpl, nil
+}
+
 // LoadChat loads the tokenizer and chat template of a model directory with
 // the configured tool-call format and template kwargs.
 func LoadChat(dir string, cc config.ChatConfig) (rollout.ChatSpec, error) {
@@ -150,9 +171,9 @@ func LoadChat(dir string, cc config.ChatConfig) (rollout.ChatSpec, error) {
 	if err != nil {
 		return rollout.ChatSpec{}, fmt.Errorf("load tokenizer of %s: %w", dir, err)
 	}
-	tmpl, err := tok.Template("")
+	tmpl, err := chatTemplate(tok, dir, cc.TemplatePath)
 	if err != nil {
-		return rollout.ChatSpec{}, fmt.Errorf("chat template of %s: %w (add chat_template to tokenizer_config.json or a chat_template.jinja file)", dir, err)
+		return rollout.ChatSpec{}, err
 	}
 	spec := rollout.ChatSpec{Tokenizer: tok, Template: tmpl, Kwargs: cc.TemplateKwargs, Policy: chat.KeepSampled, HideTools: !cc.RenderTools}
 	if cc.ToolCallFormat != "" && cc.ToolCallFormat != "auto" {
@@ -276,7 +297,7 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 func modelOptions(cfg *config.Config, modelDir string, reference bool) worker.ModelOptions {
 	g := cfg.GRPO
 	opts := worker.ModelOptions{
-		Dir: modelDir, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
+		Dir: modelDir, ChatTemplatePath: cfg.Chat.TemplatePath, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
 		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
 		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
 	}

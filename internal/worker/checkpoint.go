@@ -21,9 +21,14 @@ var filesCopiedToCheckpoints = []string{
 	"chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
 }
 
+// chatTemplateFile is the template file transformers and LoadTokenizer
+// prefer over tokenizer_config.json's chat_template.
+const chatTemplateFile = "chat_template.jinja"
+
 // SaveHF writes the full weights (LoRA merged in) as a Hugging Face
 // directory: config.json (torch_dtype set to the saved dtype),
-// model.safetensors and the source's tokenizer files. The directory appears
+// model.safetensors and the source's tokenizer files (the configured chat
+// template file as chat_template.jinja when one is set). The directory appears
 // atomically: it is written under a temporary name and renamed.
 func (m *Model) SaveHF(ctx context.Context, dir string) error {
 	unlock, err := m.begin(ctx)
@@ -42,7 +47,11 @@ func (m *Model) SaveHF(ctx context.Context, dir string) error {
 			return err
 		}
 		for _, name := range filesCopiedToCheckpoints {
-			if err := copyFile(filepath.Join(m.opts.Dir, name), filepath.Join(tmp, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			src := filepath.Join(m.opts.Dir, name)
+			if name == chatTemplateFile && m.opts.ChatTemplatePath != "" {
+				src = m.opts.ChatTemplatePath // the template the run rendered with
+			}
+			if err := copyFile(src, filepath.Join(tmp, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 		}

@@ -63,6 +63,26 @@ func TestSaveHFLoadIsBitExact(t *testing.T) {
 	assert.False(t, tied, "tied embeddings are saved once, as transformers does")
 }
 
+// TestSaveHFWritesTheConfiguredChatTemplate: with ChatTemplatePath set, a
+// saved model carries that template as chat_template.jinja (which loaders
+// prefer over tokenizer_config.json), so it renders as it was trained.
+func TestSaveHFWritesTheConfiguredChatTemplate(t *testing.T) {
+	tmpl := filepath.Join(t.TempDir(), "compact.jinja")
+	const src = "{% for m in messages %}{{ m.content }}{% endfor %}"
+	require.NoError(t, os.WriteFile(tmpl, []byte(src), 0o644))
+	m := loadTiny(t, ModelOptions{ChatTemplatePath: tmpl})
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	require.NoError(t, m.SaveHF(context.Background(), dir))
+	got, err := os.ReadFile(filepath.Join(dir, chatTemplateFile))
+	require.NoError(t, err)
+	assert.Equal(t, src, string(got))
+
+	plain := loadTiny(t, ModelOptions{})
+	dir = filepath.Join(t.TempDir(), "plain")
+	require.NoError(t, plain.SaveHF(context.Background(), dir))
+	assert.NoFileExists(t, filepath.Join(dir, chatTemplateFile), "without one, the source's files only")
+}
+
 func TestLoRAZeroBReproducesBase(t *testing.T) {
 	base := loadTiny(t, ModelOptions{})
 	lora := loadTiny(t, ModelOptions{LoRA: &LoRAOptions{Rank: 4, Alpha: 8, Dropout: 0.1}})

@@ -63,6 +63,9 @@ func DefaultAdamW() AdamWOptions {
 // ModelOptions say what to load and how to train it.
 type ModelOptions struct {
 	Dir string // a Hugging Face model directory
+	// ChatTemplatePath, when set, is the chat template saved models carry
+	// as chat_template.jinja instead of Dir's (chat.template_path).
+	ChatTemplatePath string
 	// Device is "cpu" (default), "cuda" or "cuda:N".
 	Device string
 	// DType is float32 (default on CPU), bfloat16, float16 or float64; empty
