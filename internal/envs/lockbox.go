@@ -146,7 +146,7 @@ func (l *lockboxSession) unlock(code string) (ors.ToolOutput, error) {
 }
 
 // Lockbox returns the two-turn tool env: open_envelope reads the task's
-// 3-digit code, unlock(code) scores it (partial credit) and ends the
+// one-digit code, unlock(code) scores it (partial credit) and ends the
 // episode.
 func Lockbox() *orsserver.Env {
 	unlock := orsserver.NewTool(LockboxUnlockTool, "Try a code. Ends the episode.",
@@ -156,7 +156,7 @@ func Lockbox() *orsserver.Env {
 	unlock.InputSchema = json.RawMessage(unlockSchema)
 	return &orsserver.Env{
 		Name:        LockboxEnvName,
-		Description: "two-turn tool use a tiny model learns on a CPU: open_envelope reads a 3-digit code, unlock(code) scores it",
+		Description: "two-turn tool use a tiny model learns on a CPU: open_envelope reads a one-digit code, unlock(code) scores it",
 		Splits:      []ors.Split{{Name: "train", Type: "train"}, {Name: "validation", Type: "validation"}},
 		ListTasks: func(_ context.Context, split string) ([]json.RawMessage, error) {
 			tasks := lockboxTasks(split)
