@@ -61,7 +61,8 @@ row counts), metrics.jsonl (loss, mean_token_accuracy, eval_loss,
 tokens_per_second, learning_rate, grad_norm), checkpoints/step-N. The last
 checkpoint's model/ directory is what 'ortrain run --model' takes (a LoRA run
 saves adapter/). SIGINT saves the last completed step; --resume continues
-exactly. Settings live in the config's sft: section (TRL's SFTConfig names);
+exactly, and refuses settings or a data file (its sha256) that changed unless
+--resume-with-changes. Settings live in the config's sft: section (TRL's SFTConfig names);
 model, chat, worker and logging are shared with 'ortrain run'.`,
 		Example: `  # demonstrations from the built-in lockbox env, then SFT on them
   ortrain env demos lockbox --n 256 --out demos.jsonl

@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/config"
@@ -96,7 +97,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 	loss.Type, loss.Temperature, loss.Beta = grpo.LossSFT, 1, 0
 	tr, err := train.OpenTrainer(ctx, cfg, train.TrainerOptions{
 		RunOptions: ro.RunOptions, Loss: loss, GA: s.GradientAccumulationSteps, Kind: "sft", Extra: stats,
-		ResumeChanges: config.SFTResumeChanges,
+		ResumeChanges: resumeChanges(cfg.OutputDir, stats, ro.Resume),
 		Policy: train.PolicySettings{LoRA: s.LoRA, WeightDecay: s.WeightDecay, AdamBeta1: s.AdamBeta1, AdamBeta2: s.AdamBeta2,
 			AdamEpsilon: s.AdamEpsilon, MaxGradNorm: s.MaxGradNorm, GradientCheckpointing: s.GradientCheckpointing},
 	})
@@ -136,6 +137,28 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 		Int("skipped", stats.Skipped).Int("steps", total).Int("trained_tokens", stats.Trained).Msg("sft data")
 	runErr := r.loop(ctx, res)
 	return r.finish(ctx, res, runErr)
+}
+
+// resumeChanges is config.SFTResumeChanges plus the data's contents: a
+// file with the same name but other rows (sha256 against the run's
+// manifest) would not continue the same run either.
+func resumeChanges(dir string, now DataStats, resume bool) func(saved, cur *config.Config) []config.Change {
+	var was struct {
+		Extra struct {
+			Details DataStats `json:"details"`
+		} `json:"extra"`
+	}
+	if resume {
+		// No manifest or no recorded hash: only the config is compared.
+		_ = train.ReadJSON(filepath.Join(dir, "manifest.json"), &was)
+	}
+	return func(saved, cur *config.Config) []config.Change {
+		ch := config.SFTResumeChanges(saved, cur)
+		if old := was.Extra.Details.SHA256; old != "" && old != now.SHA256 {
+			ch = append(ch, config.Change{Field: "sft.data (contents, sha256)", Old: old, New: now.SHA256})
+		}
+		return ch
+	}
 }
 
 // loadRows reads and encodes the training data and the held-out rows.

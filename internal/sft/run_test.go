@@ -163,6 +163,16 @@ func TestRunTrainsAndResumesExactly(t *testing.T) {
 	_, err = sft.Run(context.Background(), changed, runOpts(true))
 	var rc *config.ResumeChangedError
 	require.ErrorAs(t, err, &rc)
+
+	// So is one whose data file keeps its name but not its rows.
+	other := writeData(t, t.TempDir(), 20, 0)
+	b, err := os.ReadFile(other)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(data, append(b, []byte(lockboxRow(7)+"\n")...), 0o644))
+	_, err = sft.Run(context.Background(), cut, runOpts(true))
+	require.ErrorAs(t, err, &rc)
+	require.Len(t, rc.Changes, 1)
+	assert.Equal(t, "sft.data (contents, sha256)", rc.Changes[0].Field)
 }
 
 func TestRunLoRASavesAnAdapter(t *testing.T) {
