@@ -59,12 +59,12 @@ func newEnvServeCmd(deps *Deps, runF func(context.Context, *EnvServeOptions) err
 		Short: "Serve a built-in environment over ORS or OpenEnv until interrupted",
 		Long: `Serve the built-in environment NAME and print its base URL on stdout.
 
-ORS envs (echo, letters) are served over the Open Reward Standard HTTP API by
+ORS envs (` + strings.Join(builtinNames(envs.ProtocolORS), ", ") + `) are served over the Open Reward Standard HTTP API by
 default: the full protocol (SSE tool calls, resumable calls, idle reaping), so
 the Python openreward SDK and TRL can use it too (set OPENREWARD_API_URL and
 OPENREWARD_SESSION_URL to the URL). With --protocol openenv they are served
 over OpenEnv instead, as MCP envs (reset with split+index or task_spec; their
-tools become MCP tools). OpenEnv envs (guess, mcp-echo) are served over
+tools become MCP tools). OpenEnv envs (` + strings.Join(builtinNames(envs.ProtocolOpenEnv), ", ") + `) are served over
 OpenEnv: /health, /schema, /metadata, /ws sessions, /mcp, stateless /reset,
 /step and /state, as openenv-core serves them.
 
@@ -182,4 +182,16 @@ builtin:NAME), the protocol it speaks natively, the env name it serves under
 			return tp.Render()
 		},
 	}
+}
+
+// builtinNames lists the built-in envs whose native protocol is p, so the
+// help never falls behind the registry.
+func builtinNames(p envs.Protocol) []string {
+	var out []string
+	for _, info := range envs.List() {
+		if info.Protocol == p {
+			out = append(out, info.Key)
+		}
+	}
+	return out
 }
