@@ -36,9 +36,9 @@ var allowed = map[string][]string{
 	"internal/chat":       {"internal/chat/jinja"},
 	"internal/chat/jinja": {},
 	"internal/childproc":  {},
-	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
-		"internal/sft", "internal/train", "internal/vllm", "internal/worker"},
+		"internal/sft", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/grpo", "internal/reward"},
 	// scripted demonstrations (SFT data) played through the env-target interfaces.
 	"internal/demos":  {"internal/envtarget"},
@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/model", "internal/vllm", "internal/worker"},
 	// the pure-Go toy backend of serve's and engine's tests.
 	"internal/engine/serve/servetest": {"internal/engine"},
+	"internal/envcheck":               {"internal/verdict"},
 	"internal/envs":                   {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/envtarget":              {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/grpo":                   {},
@@ -67,6 +68,7 @@ var allowed = map[string][]string{
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
+	"internal/verdict":            {},
 	"internal/vllm":               {"internal/backoff", "internal/childproc"},
 	"internal/worker":             {"internal/grpo", "internal/model"},
 	"internal/worker/benchworker": {"internal/grpo", "internal/model", "internal/worker"},

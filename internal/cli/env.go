@@ -35,20 +35,21 @@ type EnvServeOptions struct {
 func newEnvCmd(deps *Deps) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "env",
-		Short: "Serve and list ortrain's built-in ORS environments",
+		Short: "Serve, list and check environments; write demonstrations from them",
 		Long: `Built-in Open Reward Standard environments, served over HTTP by ortrain itself.
 They need no network and no Python: use them to try ortrain, in tests, and in
 the CPU quickstart. Anywhere an --env target is accepted, builtin:NAME serves
 the built-in env NAME in-process on a free loopback port.
 
 Subcommands: list (the built-ins), serve (one over ORS or OpenEnv), demos
-(scripted episodes as an SFT dataset for 'ortrain sft').`,
+(scripted episodes as an SFT dataset for 'ortrain sft'), check (any env
+server, built-in or not, against its standard).`,
 		Example: `  ortrain env list
   ortrain env serve echo --port 8080`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newEnvServeCmd(deps, nil), newEnvListCmd(deps))
-	cmd.AddCommand(newEnvDemosCmd(deps, nil))
+	cmd.AddCommand(newEnvDemosCmd(deps, nil), newEnvCheckCmd(deps, nil))
 	return cmd
 }
 
