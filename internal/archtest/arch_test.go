@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"internal/childproc":  {},
 	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
-		"internal/sft", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
+		"internal/sft", "internal/smoke", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/grpo", "internal/reward"},
 	// scripted demonstrations (SFT data) played through the env-target interfaces.
 	"internal/demos":  {"internal/envtarget"},
@@ -65,6 +65,7 @@ var allowed = map[string][]string{
 	"internal/rollout": {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	// SFT: data, tokens through the chat pipeline, batches; it plugs into train's step (train.Trainer).
 	"internal/sft":      {"internal/chat", "internal/config", "internal/grpo", "internal/train", "internal/worker"},
+	"internal/smoke":    {"internal/config", "internal/envtarget", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},

@@ -153,7 +153,7 @@ func runEnvCheck(ctx context.Context, o *EnvCheckOptions) error {
 		}
 	}
 	v.Target = o.Target // builtin:NAME rather than its loopback port
-	if err := writeVerdicts(o, v); err != nil {
+	if err := writeVerdictFiles(o.IO, v, o.JSON, o.JUnit); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -165,22 +165,23 @@ func runEnvCheck(ctx context.Context, o *EnvCheckOptions) error {
 	return nil
 }
 
-// writeVerdicts writes the text verdict to stdout (unless a machine
-// format goes there) and the JSON and JUnit verdicts asked for.
-func writeVerdicts(o *EnvCheckOptions, v *verdict.Verdict) error {
-	if o.JSON != "-" && o.JUnit != "-" {
-		if err := v.WriteText(o.IO.Out); err != nil {
+// writeVerdictFiles writes the text verdict to stdout (unless a machine
+// format goes there) and the JSON and JUnit verdicts asked for ("-":
+// stdout).
+func writeVerdictFiles(streams *IOStreams, v *verdict.Verdict, jsonPath, junitPath string) error {
+	if jsonPath != "-" && junitPath != "-" {
+		if err := v.WriteText(streams.Out); err != nil {
 			return err
 		}
 	}
 	for _, w := range []struct {
 		path  string
 		write func(io.Writer) error
-	}{{o.JSON, v.WriteJSON}, {o.JUnit, v.WriteJUnit}} {
+	}{{jsonPath, v.WriteJSON}, {junitPath, v.WriteJUnit}} {
 		switch w.path {
 		case "":
 		case "-":
-			if err := w.write(o.IO.Out); err != nil {
+			if err := w.write(streams.Out); err != nil {
 				return err
 			}
 		default:

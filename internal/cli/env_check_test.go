@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -106,31 +107,43 @@ func TestEnvCheckUsageErrors(t *testing.T) {
 	}
 }
 
-// TestEnvCheckExampleCommandsParse: every `ortrain env check` line of the
-// CI example in docs/examples is a command the CLI accepts.
-func TestEnvCheckExampleCommandsParse(t *testing.T) {
-	b, err := os.ReadFile("../../docs/examples/env-check.yml")
-	require.NoError(t, err)
-	var n int
-	for _, line := range strings.Split(string(b), "\n") {
-		_, cmdline, ok := strings.Cut(line, "run: ortrain ")
-		if !ok {
-			continue
+// TestCIExamplesParse: every `ortrain` command line of the CI examples in
+// docs/examples is one the CLI accepts (env check and run --smoke).
+func TestCIExamplesParse(t *testing.T) {
+	want := map[string]int{"env-check.yml": 2, "smoke-run.yml": 2}
+	for file, n := range want {
+		b, err := os.ReadFile(filepath.Join("../../docs/examples", file))
+		require.NoError(t, err)
+		got := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			_, cmdline, ok := strings.Cut(line, "run: ortrain ")
+			if !ok {
+				continue
+			}
+			got++
+			deps := SystemDeps()
+			streams, _, _ := TestIO()
+			deps.IO = streams
+			deps.Getenv = func(string) string { return "" }
+			fields := strings.Fields(cmdline)
+			ran := false
+			var cmd *cobra.Command
+			switch {
+			case len(fields) > 1 && fields[0] == "env" && fields[1] == "check":
+				cmd = newEnvCheckCmd(deps, func(context.Context, *EnvCheckOptions) error { ran = true; return nil })
+				fields = fields[2:]
+			case fields[0] == "run":
+				cmd = newRunCmd(deps, func(_ context.Context, o *RunOptions) error { ran = o.Smoke; return nil })
+				fields = fields[1:]
+			default:
+				t.Fatalf("%s: no parser for %q", file, line)
+			}
+			cmd.SetArgs(fields)
+			cmd.SetOut(streams.Out)
+			cmd.SetErr(streams.ErrOut)
+			require.NoError(t, cmd.Execute(), "%s: %s", file, line)
+			assert.True(t, ran, "%s: %s", file, line)
 		}
-		n++
-		var got *EnvCheckOptions
-		deps := SystemDeps()
-		io, _, _ := TestIO()
-		deps.IO = io
-		deps.Getenv = func(string) string { return "" }
-		cmd := newEnvCheckCmd(deps, func(_ context.Context, o *EnvCheckOptions) error { got = o; return nil })
-		fields := strings.Fields(cmdline)
-		require.Equal(t, []string{"env", "check"}, fields[:2], line)
-		cmd.SetArgs(fields[2:])
-		cmd.SetOut(io.Out)
-		cmd.SetErr(io.ErrOut)
-		require.NoError(t, cmd.Execute(), line)
-		require.NotNil(t, got, line)
+		assert.Equal(t, n, got, "%s: its ortrain commands", file)
 	}
-	assert.Equal(t, 2, n, "the example's env check commands")
 }

@@ -49,6 +49,10 @@ type RunOptions struct {
 	ResumeWithChanges bool
 	PrintConfig       bool
 	DryRun            bool
+	// Smoke runs the config for real on CPU with a tiny model of its
+	// family (smoke.Run) and prints a verdict instead of training.
+	Smoke                           bool
+	SmokeDir, SmokeJSON, SmokeJUnit string
 	// NProcPerNode > 1 starts that many ranks of a data-parallel run on
 	// this machine as supervised children (runRanks).
 	NProcPerNode int
@@ -146,7 +150,11 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 
   # check everything without training, or show the resolved config
   ortrain run --config my.yaml --dry-run
-  ortrain run --config my.yaml --print-config`,
+  ortrain run --config my.yaml --print-config
+
+  # CI: the config for real on CPU in a minute (a tiny model of its family,
+  # its own tokenizer, template, envs and rewards), the verdict as JUnit XML
+  ortrain run --config my.yaml --smoke --smoke-junit smoke.xml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Logger = deps.Logger
@@ -165,6 +173,7 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "validate config, model, worker and env connectivity, then exit")
+	addSmokeFlags(fs, opts)
 	fs.StringVar(&opts.InterruptAfter, "interrupt-after", "", "fault injection: SIGINT this run DELAY after step STEP (STEP[+DELAY], e.g. 3+120ms)")
 	_ = fs.MarkHidden("interrupt-after")
 	fs.IntVar(&opts.NProcPerNode, "nproc-per-node", 1, "data-parallel ranks to start on this machine (each trains on per_device_train_batch_size rows of every micro-batch; RANK/WORLD_SIZE or srun set ranks across machines)")
@@ -284,6 +293,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	}
 	if opts.DryRun {
 		return dryRun(ctx, cfg, opts)
+	}
+	if opts.Smoke {
+		return smokeRun(ctx, cfg, opts)
 	}
 	world, launched, err := placeRanks(ctx, opts, cfg)
 	if err != nil || launched {

@@ -202,3 +202,14 @@ func sessionTools(ctx context.Context, e *runEnv) ([]string, error) {
 	}
 	return names, nil
 }
+
+// ConnectEnv resolves one configured env as a run does (its protocol,
+// token, OpenEnv options and tasks file) and returns the connection and
+// the task indices of its split the run would draw from. Close the Env.
+func ConnectEnv(ctx context.Context, ec config.EnvConfig, getenv func(string) string, log zerolog.Logger) (envtarget.Env, []int, error) {
+	e, err := connectEnv(ctx, ec, getenv, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.Conn, e.Indices, nil
+}
