@@ -40,6 +40,11 @@ type orsCheck struct {
 	tools     []orsTool // shared tools (/tools), in the served order
 	taskTools []orsTool // /task_tools, when the server has it
 
+	// played counts the tools called in order so far; ended is the call
+	// that finished the episode, if one did.
+	played int
+	ended  *episodeEnd
+
 	sid    string // from /create_session
 	sidWhy string
 	// live: /create made server state for sid that /delete has not yet

@@ -23,6 +23,7 @@ func (c *orsCheck) session() {
 	c.taskToolList()
 	c.callUnknown()
 	c.callTool()
+	c.episodeReward()
 	c.deleteCases()
 }
 
@@ -284,9 +285,59 @@ func (c *orsCheck) callTool() {
 			return bad, false
 		}
 		if !out.OK {
+			c.played = 1
 			return fmt.Sprintf("%s: ok:false (a tool-level failure): %s", tool.Name, out.Error), true
 		}
+		c.played = 1
+		if out.Finished {
+			c.ended = &episodeEnd{tool: tool.Name, reward: out.Reward}
+		}
 		return fmt.Sprintf("%s: ok:true, reward %s, finished %t", tool.Name, out.Reward, out.Finished), true
+	})
+}
+
+// episodeEnd is the call that finished the episode and its reward's JSON.
+type episodeEnd struct {
+	tool, reward string
+}
+
+// episodeReward plays the remaining tools once each, in order, with
+// minimal inputs until one finishes the episode, and requires that the
+// finishing output carries a reward: an env whose episodes end with
+// reward null trains nothing (every rollout scores nothing).
+func (c *orsCheck) episodeReward() {
+	const name = "ors/episode ends with a reward"
+	tools := c.tools
+	if len(tools) == 0 {
+		tools = c.taskTools
+	}
+	playWhy := ""
+	if c.played == 0 {
+		playWhy = "ors/call first tool failed"
+	}
+	if c.blocked(name, c.sessionWhy, playWhy) {
+		return
+	}
+	c.r.run(name, "the tool result that ends the episode (finished: true) carries a number as reward, not null (§5.5); each tool is called once, in order, with minimal input, until one ends it", func() (string, bool) {
+		for _, tool := range tools[c.played:] {
+			if c.ended != nil {
+				break
+			}
+			out, bad := c.callResult(tool.Name, minimalInput(tool.Schema))
+			if bad != "" {
+				return fmt.Sprintf("%s: %s", tool.Name, bad), false
+			}
+			if out.OK && out.Finished {
+				c.ended = &episodeEnd{tool: tool.Name, reward: out.Reward}
+			}
+		}
+		switch {
+		case c.ended == nil:
+			return "no tool ended the episode with minimal inputs (the reward could not be checked)", true
+		case c.ended.reward == "" || c.ended.reward == "null":
+			return fmt.Sprintf("%s ended the episode with reward null: the env never sends a reward", c.ended.tool), false
+		}
+		return fmt.Sprintf("%s ended the episode with reward %s", c.ended.tool, c.ended.reward), true
 	})
 }
 

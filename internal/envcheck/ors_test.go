@@ -31,7 +31,7 @@ func orsCases() []string {
 		"ors/num_tasks unknown split", "ors/task index out of range", "ors/ping without session id", "ors/ping unknown session",
 		"ors/create_session", "ors/create", "ors/create twice", "ors/ping keeps the session alive",
 		"ors/prompt", "ors/task_tools", "ors/call unknown tool", "ors/call first tool",
-		"ors/delete", "ors/delete_session",
+		"ors/episode ends with a reward", "ors/delete", "ors/delete_session",
 	}
 }
 
@@ -228,6 +228,15 @@ func boomEcho() *orsserver.Env {
 	return env
 }
 
+// noRewardEcho's only tool ends the episode without a reward.
+func noRewardEcho() *orsserver.Env {
+	env := envs.Echo()
+	env.Tools = []orsserver.Tool{orsserver.NewToolNoInput("finish", "ends the episode", func(context.Context, orsserver.Instance) (ors.ToolOutput, error) {
+		return ors.ToolOutput{Blocks: []ors.Block{ors.TextBlock("done")}, Finished: true}, nil
+	})}
+	return env
+}
+
 func TestORSNonConformingServers(t *testing.T) {
 	type want struct {
 		name     string
@@ -293,6 +302,9 @@ func TestORSNonConformingServers(t *testing.T) {
 				writeJSONAnswer(w, http.StatusNotFound, `{"detail":"no such tool"}`)
 			}),
 			want: []want{{"ors/call unknown tool", verdict.Fail, "HTTP 404"}, {"ors/call first tool", verdict.Pass, ""}}},
+		{name: "reward never sent: the episode ends with reward null",
+			env:  noRewardEcho,
+			want: []want{{"ors/episode ends with a reward", verdict.Fail, "reward null"}, {"ors/call first tool", verdict.Pass, ""}}},
 		{name: "session that never closes",
 			wrap: answer(func(r *http.Request) bool { return on(r, "delete") }, func(w http.ResponseWriter, r *http.Request) {
 				writeJSONAnswer(w, http.StatusOK, `{"sid":"`+r.Header.Get("X-Session-ID")+`"}`)

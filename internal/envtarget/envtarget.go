@@ -302,6 +302,10 @@ func (e *TargetError) Unwrap() error { return e.Err }
 type ToolError struct {
 	Tool string
 	Err  error
+	// Raised: the tool itself failed while running (an ORS error event, an
+	// OpenEnv EXECUTION_ERROR or MCP tool error) rather than refusing its
+	// input; the model still sees it, but a smoke run counts it broken.
+	Raised bool
 }
 
 func (e *ToolError) Error() string { return e.Err.Error() }

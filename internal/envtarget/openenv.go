@@ -339,7 +339,7 @@ func (s *openEnvSession) CallTool(ctx context.Context, name string, input json.R
 			return nil, s.toolErr(name, err)
 		}
 		if tc.Error != nil {
-			return nil, &ToolError{Tool: name, Err: fmt.Errorf("%s: %s", tc.Error.Type, tc.Error.Message)}
+			return nil, &ToolError{Tool: name, Err: fmt.Errorf("%s: %s", tc.Error.Type, tc.Error.Message), Raised: tc.Error.Type == openenv.ToolExecutionError}
 		}
 		return &ToolOutput{Text: tc.Text(), Reward: tc.Reward, Finished: tc.Done}, nil
 	}
@@ -364,7 +364,7 @@ func (s *openEnvSession) toolErr(name string, err error) error {
 	}
 	var se *openenv.ServerError
 	if errors.As(err, &se) {
-		return &ToolError{Tool: name, Err: err}
+		return &ToolError{Tool: name, Err: err, Raised: se.Code == openenv.CodeExecutionError}
 	}
 	var re *openenv.RPCError
 	if errors.As(err, &re) {

@@ -355,7 +355,9 @@ func (s *orsSession) CallTool(ctx context.Context, name string, input json.RawMe
 	var toolErr *ors.ToolCallError
 	var failed *ors.ToolFailedError
 	switch {
-	case errors.As(err, &toolErr), errors.As(err, &failed):
+	case errors.As(err, &failed):
+		return nil, &ToolError{Tool: name, Err: err, Raised: true}
+	case errors.As(err, &toolErr):
 		return nil, &ToolError{Tool: name, Err: err}
 	case err != nil:
 		return nil, wrapORS(s.target, err)

@@ -36,6 +36,8 @@ type Options struct {
 	Steps int
 	// Tasks bounds each env's tasks (default 4).
 	Tasks int
+	// EnvTimeout bounds each env call of the session check (default 2m).
+	EnvTimeout time.Duration
 }
 
 // Run smoke-runs cfg. The error is for what stops the suite itself (a
@@ -47,6 +49,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (*verdict.Verdict, 
 	}
 	if o.Tasks <= 0 {
 		o.Tasks = 4
+	}
+	if o.EnvTimeout <= 0 {
+		o.EnvTimeout = 2 * time.Minute
 	}
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }
