@@ -3,9 +3,13 @@ package smoke_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -72,8 +76,37 @@ func setaStyle(t *testing.T, model string) *config.Config {
 	cfg.Rewards = []reward.Spec{
 		{Name: "env", Kind: reward.KindEnv},
 		{Name: "brevity", Kind: reward.KindExpression, Weight: &half, Expression: "completion_tokens < 8 ? 1.0 : 0.0"},
+		{Name: "judge", Kind: reward.KindHTTP, Weight: &half, URL: judge(t)},
 	}
 	return cfg
+}
+
+// judge serves an http scorer on loopback: 1 for a trajectory with a tool
+// call, else 0.
+func judge(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req reward.Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out := reward.Response{Rewards: make([]*float64, len(req.Trajectories))}
+		for i, tr := range req.Trajectories {
+			v := 0.0
+			if tr.NumToolCalls > 0 {
+				v = 1
+			}
+			out.Rewards[i] = &v
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/score"
 }
 
 func opts(t *testing.T) smoke.Options {
@@ -117,6 +150,7 @@ func TestSmokeSETAStyleConfigPasses(t *testing.T) {
 		}
 		if c.Name == "rewards" {
 			assert.Contains(t, c.Observed, "brevity")
+			assert.Contains(t, c.Observed, "judge")
 		}
 	}
 }
@@ -160,4 +194,24 @@ func TestSmokeUnreachableEnv(t *testing.T) {
 	cancel()
 	_, err = smoke.Run(ctx, cfg, opts(t))
 	require.True(t, errors.Is(err, context.Canceled))
+}
+
+// TestSmokeBrokenScorer: an http scorer nobody serves fails the run's
+// rollouts on their reward, and the verdict says so.
+func TestSmokeBrokenScorer(t *testing.T) {
+	requireWorker(t)
+	cfg := setaStyle(t, qwen3Dir(t))
+	retries := 0
+	cfg.Rewards[2].URL, cfg.Rewards[2].Retries = "http://127.0.0.1:1/score", &retries
+	v, err := smoke.Run(context.Background(), cfg, opts(t))
+	require.NoError(t, err)
+	assert.False(t, v.Passed())
+	var failed []string
+	for _, c := range v.Checks {
+		if c.Status == verdict.Fail {
+			failed = append(failed, c.Name+": "+c.Observed)
+		}
+	}
+	require.NotEmpty(t, failed)
+	assert.Contains(t, strings.Join(failed, "\n"), "reward_error")
 }
