@@ -119,7 +119,8 @@ func errString(err error) string {
 func (s *suite) modelFiles() {
 	s.tinyWhy = "model files failed"
 	s.check("model files", "the config model's config.json, tokenizer and chat template (weights are not needed)", func() (string, bool) {
-		src, _, err := model.Resolve(s.cfg.Model, s.o.Getenv)
+		// As run resolves it (an init_model_preset model is created first).
+		src, err := train.PrepareModel(s.cfg, s.o.Getenv, s.o.Logger)
 		if err != nil {
 			return err.Error(), false
 		}
