@@ -173,6 +173,18 @@ func TestRunTrainsAndResumesExactly(t *testing.T) {
 	require.ErrorAs(t, err, &rc)
 	require.Len(t, rc.Changes, 1)
 	assert.Equal(t, "sft.data (contents, sha256)", rc.Changes[0].Field)
+
+	// --resume-with-changes accepts it and records what changed.
+	more := sftConfig(t, filepath.Join(dir, "cut"), data, 7, false)
+	more.OutputDir = cut.OutputDir
+	accept := runOpts(true)
+	accept.ResumeWithChanges = true
+	res, err = sft.Run(context.Background(), more, accept)
+	require.NoError(t, err)
+	assert.Equal(t, 7, res.Steps)
+	b, err = os.ReadFile(filepath.Join(cut.OutputDir, "resume-changes.jsonl"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "sft.data (contents, sha256)")
 }
 
 func TestRunLoRASavesAnAdapter(t *testing.T) {

@@ -70,6 +70,7 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 			return nil, err
 		}
 	}
+	var accepted []config.Change // settings --resume-with-changes let through
 	if ro.Resume {
 		if t.resumeDir, t.resumeStep, err = LatestCheckpoint(cfg.OutputDir); err != nil {
 			return nil, fmt.Errorf("--resume: %w", err)
@@ -83,9 +84,11 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 			if to.ResumeChanges != nil {
 				changes = to.ResumeChanges
 			}
-			if ch := changes(saved, cfg); len(ch) > 0 && !ro.ResumeWithChanges {
+			ch := changes(saved, cfg)
+			if len(ch) > 0 && !ro.ResumeWithChanges {
 				return nil, &config.ResumeChangedError{Changes: ch}
 			}
+			accepted = ch
 		}
 	}
 	created := missingDirs(cfg.OutputDir)
@@ -128,6 +131,12 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 		}
 		if err := recordKind(cfg.OutputDir, to.Kind, to.Extra); err != nil {
 			return nil, err
+		}
+		// What --resume-with-changes accepted, as train.Run records it.
+		if len(accepted) > 0 {
+			if err := recordResumeChanges(cfg.OutputDir, t.resumeStep, accepted); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return t, nil
