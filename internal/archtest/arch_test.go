@@ -47,10 +47,11 @@ var allowed = map[string][]string{
 	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/model", "internal/vllm", "internal/worker"},
 	// the pure-Go toy backend of serve's and engine's tests.
 	"internal/engine/serve/servetest": {"internal/engine"},
-	"internal/envcheck":               {"internal/verdict"},
+	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
 	"internal/envs":                   {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/envtarget":              {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/grpo":                   {},
+	"internal/jsonschema":             {},
 	"internal/launch":                 {"internal/childproc"},
 	"internal/model":                  {},
 	"internal/openenv":                {"internal/backoff"},
@@ -65,7 +66,7 @@ var allowed = map[string][]string{
 	"internal/rollout": {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
 	// SFT: data, tokens through the chat pipeline, batches; it plugs into train's step (train.Trainer).
 	"internal/sft":      {"internal/chat", "internal/config", "internal/grpo", "internal/train", "internal/worker"},
-	"internal/smoke":    {"internal/config", "internal/envtarget", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
+	"internal/smoke":    {"internal/config", "internal/envtarget", "internal/jsonschema", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
 		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},

@@ -1,11 +1,12 @@
 package envcheck
 
 import (
+	"github.com/ortrain/ortrain/internal/jsonschema"
+
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -382,7 +383,7 @@ func (x *oe) mcpHTTP() {
 		x.r.skip("openenv/mcp tools/call", "the server lists no MCP tools (a Gym-style env answers tools/* with -32603, which §2 allows)")
 	default:
 		t := x.tools[0]
-		args := oeMinimal(t.Schema, t.Schema, 0)
+		args := jsonschema.Minimal(t.Schema)
 		if _, isObj := args.(map[string]any); !isObj {
 			args = map[string]any{}
 		}
@@ -479,129 +480,4 @@ func oeText(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
-}
-
-// oeMinimal is the least value schema admits as far as a probe can
-// tell: const, the first enum value, else per type "" / 0 / false / [] /
-// {} (required properties filled), raised to minimum, minLength or
-// minItems. root resolves $ref; depth stops reference cycles.
-func oeMinimal(root, s map[string]any, depth int) any {
-	if s == nil || depth > 16 {
-		return nil
-	}
-	if ref, ok := s["$ref"].(string); ok {
-		return oeMinimal(root, oeResolveRef(root, ref), depth+1)
-	}
-	if v, ok := s["const"]; ok {
-		return v
-	}
-	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
-		return e[0]
-	}
-	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
-		alts, _ := s[k].([]any)
-		for _, a := range alts {
-			if m, ok := a.(map[string]any); ok && m["type"] != "null" {
-				return oeMinimal(root, m, depth+1)
-			}
-		}
-	}
-	switch oeSchemaType(s) {
-	case "string":
-		n, _ := oeInt(s["minLength"])
-		return strings.Repeat("a", int(min(max(n, 0), 1<<10)))
-	case "integer":
-		return int64(math.Ceil(oeBounded(s, 0, 1)))
-	case "number":
-		return oeBounded(s, 0, 0.5)
-	case "boolean":
-		return false
-	case "null":
-		return nil
-	case "array":
-		n, _ := oeInt(s["minItems"])
-		items, _ := s["items"].(map[string]any)
-		out := make([]any, 0, min(max(n, 0), 64))
-		for range cap(out) {
-			out = append(out, oeMinimal(root, items, depth+1))
-		}
-		return out
-	case "object":
-		out := map[string]any{}
-		props, _ := s["properties"].(map[string]any)
-		req, _ := s["required"].([]any)
-		for _, r := range req {
-			name, _ := r.(string)
-			ps, _ := props[name].(map[string]any)
-			out[name] = oeMinimal(root, ps, depth+1)
-		}
-		return out
-	}
-	return nil
-}
-
-// oeSchemaType is s's type: the first non-null one of a list, "object" for
-// an untyped schema with properties.
-func oeSchemaType(s map[string]any) string {
-	switch t := s["type"].(type) {
-	case string:
-		return t
-	case []any:
-		for _, v := range t {
-			if str, _ := v.(string); str != "" && str != "null" {
-				return str
-			}
-		}
-	}
-	if _, ok := s["properties"]; ok {
-		return "object"
-	}
-	return ""
-}
-
-// oeBounded moves v into s's minimum/maximum bounds; step is how far past
-// an exclusive bound to go.
-func oeBounded(s map[string]any, v, step float64) float64 {
-	num := func(k string) (float64, bool) {
-		n, ok := s[k].(json.Number)
-		if !ok {
-			return 0, false
-		}
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	if m, ok := num("minimum"); ok && v < m {
-		v = m
-	}
-	if m, ok := num("exclusiveMinimum"); ok && v <= m {
-		v = m + step
-	}
-	if m, ok := num("maximum"); ok && v > m {
-		v = m
-	}
-	if m, ok := num("exclusiveMaximum"); ok && v >= m {
-		v = m - step
-	}
-	return v
-}
-
-// oeResolveRef follows a local JSON pointer ("#/$defs/Name").
-func oeResolveRef(root map[string]any, ref string) map[string]any {
-	if !strings.HasPrefix(ref, "#") {
-		return nil
-	}
-	var cur any = root
-	for _, seg := range strings.Split(strings.TrimPrefix(ref, "#"), "/") {
-		if seg == "" {
-			continue
-		}
-		seg = strings.ReplaceAll(strings.ReplaceAll(seg, "~1", "/"), "~0", "~")
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[seg]
-	}
-	m, _ := cur.(map[string]any)
-	return m
 }

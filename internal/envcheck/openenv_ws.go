@@ -1,6 +1,8 @@
 package envcheck
 
 import (
+	"github.com/ortrain/ortrain/internal/jsonschema"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -336,7 +338,7 @@ func (x *oe) wsSteps(s *oeSocket) string {
 		return "openenv/ws step"
 	}
 	if !x.mcpEnv {
-		action := oeMinimal(x.action, x.action, 0)
+		action := jsonschema.Minimal(x.action)
 		s.check("openenv/ws step", fmt.Sprintf(`{"type":"step","data":%s} (the minimal action of /schema's action schema) answers an observation frame (§2 WebSocket /ws)`, oeText(action)), []string{"openenv/ws reset"}, func() (string, bool, error) {
 			_, obs, ok, err := x.reply(s.c, oeJSON(map[string]any{"type": "step", "data": action}), x.o.CallTimeout, "observation")
 			return obs, ok, err
@@ -361,7 +363,7 @@ func (x *oe) wsSteps(s *oeSocket) string {
 	var args any = map[string]any{}
 	if len(tools) > 0 {
 		name = tools[0].Name
-		if a, isObj := oeMinimal(tools[0].Schema, tools[0].Schema, 0).(map[string]any); isObj {
+		if a, isObj := jsonschema.Minimal(tools[0].Schema).(map[string]any); isObj {
 			args = a
 		}
 	}
@@ -551,7 +553,7 @@ func (x *oe) stepAction() (any, string) {
 	case !x.ok["openenv/ws step"]:
 		return nil, "openenv/ws step"
 	}
-	return oeMinimal(x.action, x.action, 0), ""
+	return jsonschema.Minimal(x.action), ""
 }
 
 // closeAll closes the sockets together, each close handshake bounded by

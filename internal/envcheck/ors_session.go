@@ -1,6 +1,8 @@
 package envcheck
 
 import (
+	"github.com/ortrain/ortrain/internal/jsonschema"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -277,7 +279,7 @@ func (c *orsCheck) callTool() {
 		return
 	}
 	tool := tools[0]
-	input := minimalInput(tool.Schema)
+	input := jsonschema.MinimalInput(tool.Schema)
 	in, _ := json.Marshal(input)
 	c.r.run("ors/call first tool", fmt.Sprintf(`POST /{env}/call {"name":%q,"input":%s}: 200 text/event-stream, strict framing, task_id, then end with a RunToolOutput; when ok:true its output has blocks, metadata (object|null), reward (number|null), finished (boolean) (§4.15, §5.5, §5.6)`, tool.Name, in), func() (string, bool) {
 		out, bad := c.callResult(tool.Name, input)
@@ -323,7 +325,7 @@ func (c *orsCheck) episodeReward() {
 			if c.ended != nil {
 				break
 			}
-			out, bad := c.callResult(tool.Name, minimalInput(tool.Schema))
+			out, bad := c.callResult(tool.Name, jsonschema.MinimalInput(tool.Schema))
 			if bad != "" {
 				return fmt.Sprintf("%s: %s", tool.Name, bad), false
 			}
@@ -487,67 +489,6 @@ func checkBlocks(b []byte) (int, string) {
 		}
 	}
 	return len(blocks), ""
-}
-
-// minimalInput is the smallest input a tool's schema accepts in shape: a
-// zero value for each required property by its type ("" when the type is
-// not stated), nothing for the rest.
-func minimalInput(schema json.RawMessage) map[string]any {
-	input := map[string]any{}
-	var s struct {
-		Properties map[string]json.RawMessage `json:"properties"`
-		Required   []string                   `json:"required"`
-	}
-	if schema == nil || json.Unmarshal(schema, &s) != nil {
-		return input
-	}
-	for _, name := range s.Required {
-		input[name] = zeroFor(s.Properties[name])
-	}
-	return input
-}
-
-// zeroFor is the zero value of a property schema's type: its "type" (the
-// first non-null one of a list), else the first typed anyOf/oneOf option.
-func zeroFor(prop json.RawMessage) any {
-	var p struct {
-		Type  json.RawMessage   `json:"type"`
-		AnyOf []json.RawMessage `json:"anyOf"`
-		OneOf []json.RawMessage `json:"oneOf"`
-	}
-	if json.Unmarshal(prop, &p) != nil {
-		return ""
-	}
-	var types []string
-	var one string
-	if json.Unmarshal(p.Type, &one) == nil {
-		types = []string{one}
-	} else {
-		_ = json.Unmarshal(p.Type, &types)
-	}
-	for _, t := range types {
-		switch t {
-		case "string":
-			return ""
-		case "number", "integer":
-			return 0
-		case "boolean":
-			return false
-		case "array":
-			return []any{}
-		case "object":
-			return map[string]any{}
-		}
-	}
-	for _, opt := range append(p.AnyOf, p.OneOf...) {
-		var o struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(opt, &o) == nil && o.Type != "" && o.Type != "null" {
-			return zeroFor(opt)
-		}
-	}
-	return ""
 }
 
 // toolSpecs reads a ListToolsOutput's "tools" strictly: the openreward

@@ -1,6 +1,8 @@
 package smoke
 
 import (
+	"github.com/ortrain/ortrain/internal/jsonschema"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,7 +74,7 @@ func playTools(ctx context.Context, sess envtarget.Session) (string, bool) {
 		return fmt.Sprintf("tools %s; %s", strings.Join(names, ", "), strings.Join(calls, "; "))
 	}
 	for _, t := range tools {
-		input, err := json.Marshal(minimalInput(t.InputSchema))
+		input, err := json.Marshal(jsonschema.MinimalInput(t.InputSchema))
 		if err != nil {
 			return err.Error(), false
 		}
@@ -100,49 +102,4 @@ func playTools(ctx context.Context, sess envtarget.Session) (string, bool) {
 		say("%s(%s) answered (%s)", t.Name, input, reward)
 	}
 	return say("no tool ended the episode with minimal inputs"), true
-}
-
-// minimalInput is the smallest object a JSON schema's required properties
-// accept: the first enum value, else a zero of the property's type.
-func minimalInput(schema json.RawMessage) map[string]any {
-	var sc struct {
-		Properties map[string]struct {
-			Type    any   `json:"type"`
-			Enum    []any `json:"enum"`
-			Minimum *float64
-		} `json:"properties"`
-		Required []string `json:"required"`
-	}
-	out := map[string]any{}
-	if json.Unmarshal(schema, &sc) != nil {
-		return out
-	}
-	for _, name := range sc.Required {
-		p := sc.Properties[name]
-		if len(p.Enum) > 0 {
-			out[name] = p.Enum[0]
-			continue
-		}
-		typ, _ := p.Type.(string)
-		if list, ok := p.Type.([]any); ok && len(list) > 0 {
-			typ, _ = list[0].(string)
-		}
-		switch typ {
-		case "integer", "number":
-			v := 0.0
-			if p.Minimum != nil {
-				v = *p.Minimum
-			}
-			out[name] = v
-		case "boolean":
-			out[name] = false
-		case "array":
-			out[name] = []any{}
-		case "object":
-			out[name] = map[string]any{}
-		default:
-			out[name] = ""
-		}
-	}
-	return out
 }

@@ -139,20 +139,6 @@ func TestEnvCheckNamesABrokenEnv(t *testing.T) {
 	assert.Equal(t, verdict.Pass, s.v.Checks[0].Status, s.v.Checks[0].Observed)
 }
 
-func TestMinimalInput(t *testing.T) {
-	for _, tc := range []struct{ schema, want string }{
-		{``, `{}`},
-		{`{"type":"object","properties":{}}`, `{}`},
-		{`{"properties":{"code":{"type":"string"}},"required":["code"]}`, `{"code":""}`},
-		{`{"properties":{"n":{"type":"integer","minimum":3},"b":{"type":"boolean"},"l":{"type":"array"},"o":{"type":"object"},"x":{"type":"string"}},"required":["n","b","l","o"]}`, `{"n":3,"b":false,"l":[],"o":{}}`},
-		{`{"properties":{"mode":{"enum":["fast","slow"]},"t":{"type":["number","null"]}},"required":["mode","t"]}`, `{"mode":"fast","t":0}`},
-	} {
-		b, err := json.Marshal(minimalInput(json.RawMessage(tc.schema)))
-		require.NoError(t, err)
-		assert.JSONEq(t, tc.want, string(b), tc.schema)
-	}
-}
-
 // TestSmokeRunFailsOnABrokenEnv: the whole smoke run fails when its env's
 // tool raises, naming the env and the tool in the verdict.
 func TestSmokeRunFailsOnABrokenEnv(t *testing.T) {
