@@ -202,11 +202,7 @@ func (c *orsCheck) toolList() {
 	}
 	c.r.run("ors/tools", `GET /{env}/tools: 200, application/json, {"tools":[ToolSpec...]}; each ToolSpec exactly name, description, input_schema (object or null), names non-empty and unique (§4.4, §5.4)`, func() (string, bool) {
 		ex, err := c.get(c.envPath("tools"), nil)
-		obj, bad := jsonAnswer(ex, err, http.StatusOK)
-		if bad != "" {
-			return bad, false
-		}
-		tools, bad := toolSpecs(obj)
+		tools, bad := toolsAnswer(ex, err)
 		if bad != "" {
 			return bad, false
 		}
@@ -361,14 +357,7 @@ func (c *orsCheck) taskRange() {
 	stop := min(3, c.n)
 	c.r.run("ors/task_range", fmt.Sprintf(`POST /{env}/task_range {"split","start":0,"stop":%d}: 200, application/json, {"tasks":[%d tasks], "env_name"}, each equal to /task at its index (§4.9)`, stop, stop), func() (string, bool) {
 		ex, err := c.post(c.envPath("task_range"), map[string]any{"split": c.split, "start": 0, "stop": stop}, nil)
-		obj, bad := jsonAnswer(ex, err, http.StatusOK)
-		if bad != "" {
-			return bad, false
-		}
-		tasks, bad := taskList(obj)
-		if bad == "" {
-			bad = c.envName(obj)
-		}
+		tasks, bad := c.tasksAnswer(ex, err)
 		if bad != "" {
 			return bad, false
 		}
@@ -403,14 +392,7 @@ func (c *orsCheck) tasks() {
 			}
 			return fmt.Sprintf("400: enumeration unsupported (%s)", detail), true
 		}
-		obj, bad := jsonAnswer(ex, err, http.StatusOK)
-		if bad != "" {
-			return bad, false
-		}
-		tasks, bad := taskList(obj)
-		if bad == "" {
-			bad = c.envName(obj)
-		}
+		tasks, bad := c.tasksAnswer(ex, err)
 		if bad != "" {
 			return bad, false
 		}
@@ -579,4 +561,28 @@ func jsonEqual(a, b json.RawMessage) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// tasksAnswer reads a 200 {"tasks":[...], "env_name"} answer (/task_range,
+// /tasks): what is wrong with it, or the tasks.
+func (c *orsCheck) tasksAnswer(ex *exchange, err error) ([]json.RawMessage, string) {
+	obj, bad := jsonAnswer(ex, err, http.StatusOK)
+	if bad != "" {
+		return nil, bad
+	}
+	tasks, bad := taskList(obj)
+	if bad == "" {
+		bad = c.envName(obj)
+	}
+	return tasks, bad
+}
+
+// toolsAnswer reads a 200 {"tools":[ToolSpec...]} answer (/tools,
+// /task_tools): what is wrong with it, or the tools.
+func toolsAnswer(ex *exchange, err error) ([]orsTool, string) {
+	obj, bad := jsonAnswer(ex, err, http.StatusOK)
+	if bad != "" {
+		return nil, bad
+	}
+	return toolSpecs(obj)
 }

@@ -200,11 +200,7 @@ func (c *orsCheck) taskToolList() {
 		if err == nil && ex.Status == http.StatusNotFound {
 			return "404: no task tools (clients fall back to /tools)", true
 		}
-		obj, bad := jsonAnswer(ex, err, http.StatusOK)
-		if bad != "" {
-			return bad, false
-		}
-		tools, bad := toolSpecs(obj)
+		tools, bad := toolsAnswer(ex, err)
 		if bad != "" {
 			return bad, false
 		}
