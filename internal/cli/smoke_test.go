@@ -19,16 +19,10 @@ func smokeConfig(t *testing.T) string {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "Qwen3-4B")
 	require.NoError(t, os.MkdirAll(model, 0o755))
-	cfgJSON := `{"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "bos_token_id": 151643, "eos_token_id": 151645,
-  "head_dim": 128, "hidden_act": "silu", "hidden_size": 2560, "intermediate_size": 9728, "max_position_embeddings": 40960,
-  "max_window_layers": 36, "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
-  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
-  "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 151936}`
-	require.NoError(t, os.WriteFile(filepath.Join(model, "config.json"), []byte(cfgJSON), 0o644))
-	for _, f := range []string{"tokenizer.json.gz", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join("../../testdata/tokenizers/qwen3", f))
+	for _, f := range []string{"../../testdata/models/qwen3-4b/config.json", "../../testdata/tokenizers/qwen3/tokenizer.json.gz", "../../testdata/tokenizers/qwen3/tokenizer_config.json"} {
+		b, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(model, f), b, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(model, filepath.Base(f)), b, 0o644))
 	}
 	b, err := os.ReadFile("../../configs/seta.yaml")
 	require.NoError(t, err)

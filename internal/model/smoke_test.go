@@ -13,35 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// qwen3_4BConfig mirrors Qwen/Qwen3-4B's config.json.
-const qwen3_4BConfig = `{
-  "architectures": ["Qwen3ForCausalLM"],
-  "attention_bias": false,
-  "attention_dropout": 0.0,
-  "bos_token_id": 151643,
-  "eos_token_id": 151645,
-  "head_dim": 128,
-  "hidden_act": "silu",
-  "hidden_size": 2560,
-  "initializer_range": 0.02,
-  "intermediate_size": 9728,
-  "max_position_embeddings": 40960,
-  "max_window_layers": 36,
-  "model_type": "qwen3",
-  "num_attention_heads": 32,
-  "num_hidden_layers": 36,
-  "num_key_value_heads": 8,
-  "rms_norm_eps": 1e-06,
-  "rope_scaling": null,
-  "rope_theta": 1000000,
-  "sliding_window": null,
-  "tie_word_embeddings": true,
-  "torch_dtype": "bfloat16",
-  "transformers_version": "4.51.0",
-  "use_cache": true,
-  "use_sliding_window": false,
-  "vocab_size": 151936
-}`
+// qwen3_4BConfig is Qwen/Qwen3-4B's config.json (testdata/models).
+func qwen3_4BConfig(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../../testdata/models/qwen3-4b/config.json")
+	require.NoError(t, err)
+	return b
+}
 
 // smokeSource makes a source model directory: config.json (skipped when
 // empty) plus files copied from testdata/tokenizers/<tokDir>.
@@ -71,7 +49,7 @@ func TestInitSmoke(t *testing.T) {
 		extra   map[string]string // Extra keys of the smoke config.json
 	}{
 		{
-			name: "Qwen3-4B", config: []byte(qwen3_4BConfig), tokDir: "qwen3",
+			name: "Qwen3-4B", config: qwen3_4BConfig(t), tokDir: "qwen3",
 			files: []string{"tokenizer.json.gz", "tokenizer_config.json"}, maxPos: 4096,
 			tensors: []string{"model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight"},
 			absent:  []string{"lm_head.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.o_proj.bias"},
@@ -201,7 +179,7 @@ func TestInitSmokeLayerSettings(t *testing.T) {
 func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestInitSmokeMissingFiles(t *testing.T) {
-	cfg := []byte(qwen3_4BConfig)
+	cfg := qwen3_4BConfig(t)
 	cases := []struct {
 		name  string
 		setup func(dir string)

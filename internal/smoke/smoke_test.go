@@ -34,18 +34,6 @@ func requireWorker(t *testing.T) {
 	}
 }
 
-// qwen3Config mirrors Qwen/Qwen3-4B's config.json.
-const qwen3Config = `{
-  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
-  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-  "hidden_size": 2560, "initializer_range": 0.02, "intermediate_size": 9728,
-  "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
-  "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
-  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
-  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
-  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936
-}`
-
 // qwen3Dir is a local model directory as `huggingface-cli download
 // Qwen/Qwen3-4B config.json tokenizer.json tokenizer_config.json` leaves
 // it: Qwen3's real tokenizer and chat template (testdata/tokenizers/qwen3),
@@ -54,11 +42,10 @@ func qwen3Dir(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "Qwen3-4B")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(qwen3Config), 0o644))
-	for _, f := range []string{"tokenizer.json.gz", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join("../../testdata/tokenizers/qwen3", f))
+	for _, f := range []string{"../../testdata/models/qwen3-4b/config.json", "../../testdata/tokenizers/qwen3/tokenizer.json.gz", "../../testdata/tokenizers/qwen3/tokenizer_config.json"} {
+		b, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644))
 	}
 	return dir
 }
@@ -161,7 +148,9 @@ func TestSmokeSETAStyleConfigPasses(t *testing.T) {
 func TestSmokeMissingModelFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bare")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(qwen3Config), 0o644))
+	b, err := os.ReadFile("../../testdata/models/qwen3-4b/config.json")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644))
 	cfg := setaStyle(t, dir)
 	v, err := smoke.Run(context.Background(), cfg, opts(t))
 	require.NoError(t, err)
