@@ -272,7 +272,7 @@ func TestInitRejectsInvalidPreset(t *testing.T) {
 }
 
 func TestPresets(t *testing.T) {
-	assert.Equal(t, []string{"tiny", "small100m"}, PresetNames())
+	assert.Equal(t, []string{"tiny", "mini", "small100m"}, PresetNames())
 	for _, p := range Presets() {
 		require.NoError(t, p.Config.Validate(), p.Name)
 		assert.Equal(t, []string{"Qwen3ForCausalLM"}, p.Config.Architectures)

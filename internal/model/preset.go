@@ -28,6 +28,11 @@ func Presets() []Preset {
 			Config:      qwen3Config(2, 64, 4, 2, 16, 128),
 		},
 		{
+			Name:        "mini",
+			Description: "2 layers x 128 hidden, ~0.3M parameters: the CPU tool-use demo (make demo)",
+			Config:      qwen3Config(2, 128, 8, 4, 16, 256),
+		},
+		{
 			Name:        "small100m",
 			Description: "12 layers x 768 hidden, ~104M parameters: CPU benchmarks",
 			Config:      qwen3Config(12, 768, 12, 4, 64, 3072),
