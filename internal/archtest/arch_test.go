@@ -29,8 +29,10 @@ const mod = "github.com/ortrain/ortrain/"
 // Arrows point one way: cli → train → {rollout, grpo, engine, worker} →
 // {envtarget, chat, vllm} → {ors, envs} → leaves.
 var allowed = map[string][]string{
-	"cmd/ortrain":         {"internal/cli"},
-	"configs":             {},
+	"cmd/ortrain": {"internal/cli"},
+	"configs":     {},
+	// a user's own agent run once per rollout (a process group or an HTTP service).
+	"internal/agent":      {},
 	"internal/archtest":   {},
 	"internal/backoff":    {},
 	"internal/chat":       {"internal/chat/jinja"},
@@ -48,13 +50,15 @@ var allowed = map[string][]string{
 	// the pure-Go toy backend of serve's and engine's tests.
 	"internal/engine/serve/servetest": {"internal/engine"},
 	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
-	"internal/envs":                   {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
-	"internal/envtarget":              {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
-	"internal/grpo":                   {},
-	"internal/jsonschema":             {},
-	"internal/launch":                 {"internal/childproc"},
-	"internal/model":                  {},
-	"internal/openenv":                {"internal/backoff"},
+	// an env session's tools served to an agent over MCP (streamable HTTP), calls recorded.
+	"internal/envmcp":     {"internal/envtarget"},
+	"internal/envs":       {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
+	"internal/envtarget":  {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
+	"internal/grpo":       {},
+	"internal/jsonschema": {},
+	"internal/launch":     {"internal/childproc"},
+	"internal/model":      {},
+	"internal/openenv":    {"internal/backoff"},
 	// the OpenEnv kit also serves orsserver envs over OpenEnv (one Go env, both standards).
 	"internal/openenv/openenvserver": {"internal/openenv", "internal/ors", "internal/ors/orsserver"},
 	"internal/ors":                   {"internal/backoff"},
