@@ -51,9 +51,11 @@ var allowed = map[string][]string{
 	"internal/engine/serve/servetest": {"internal/engine"},
 	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
 	// an env session's tools served to an agent over MCP (streamable HTTP), calls recorded.
-	"internal/envmcp":     {"internal/envtarget"},
-	"internal/envs":       {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
-	"internal/envtarget":  {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
+	"internal/envmcp":    {"internal/envtarget"},
+	"internal/envs":      {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
+	"internal/envtarget": {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
+	// the OpenAI-compatible API served from the engine, per-rollout keys, token-exact recording.
+	"internal/gateway":    {"internal/chat", "internal/engine"},
 	"internal/grpo":       {},
 	"internal/jsonschema": {},
 	"internal/launch":     {"internal/childproc"},

@@ -39,6 +39,9 @@ type Config struct {
 	Async   AsyncConfig   `mapstructure:"async"`
 	// SFT is `ortrain sft`'s section (sft.go); `ortrain run` ignores it.
 	SFT SFTConfig `mapstructure:"sft"`
+	// Agent, when set, plays the rollouts with the user's own agent
+	// (agent.go).
+	Agent AgentConfig `mapstructure:"agent"`
 }
 
 // AsyncConfig lets the rollouts of the next rounds run while the current
@@ -400,6 +403,7 @@ func Default() Config {
 		},
 		Logging: LoggingConfig{LogCompletions: true},
 		SFT:     defaultSFT(),
+		Agent:   defaultAgent(),
 	}
 }
 

@@ -63,7 +63,7 @@ func SaveableModules() []string {
 
 // Validate checks every field and the relations between them.
 func (c *Config) Validate() error {
-	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime,
+	checks := []func() error{c.validateTop, c.validateEnvs, c.GRPO.validate, c.validateRuntime, c.validateAgent,
 		func() error { return reward.ValidateSpecs(c.Rewards) }}
 	for _, check := range checks {
 		if err := check(); err != nil {

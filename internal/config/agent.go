@@ -1,0 +1,73 @@
+package config
+
+import (
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// AgentConfig hands the rollouts to the user's own agent (the `agent:`
+// section): ortrain opens each rollout's env session, serves the policy to
+// the agent as an OpenAI-compatible API and the session's tools as an MCP
+// server, runs the agent once per rollout and trains on the token ids its
+// model calls sampled. Empty (no command, no url): ortrain's own turn loop.
+type AgentConfig struct {
+	// Command is run once per rollout (argv, no shell), in a fresh
+	// temporary directory and its own process group, with OPENAI_BASE_URL,
+	// OPENAI_API_KEY, ORTRAIN_MODEL, ORTRAIN_TASK and ORTRAIN_MCP_URL set.
+	// Relative paths among its arguments that exist are made absolute when
+	// the config loads, since the agent does not run in ortrain's directory.
+	Command []string `mapstructure:"command"`
+	// URL is an HTTP agent service instead: ortrain POSTs the same facts as
+	// JSON per rollout and reads {"reward": ...} back.
+	URL string `mapstructure:"url"`
+	// ModelName is the model id the agent sends (ORTRAIN_MODEL) and
+	// /v1/models lists.
+	ModelName string `mapstructure:"model_name"`
+	// Listen is the address of the gateway and the MCP server: loopback by
+	// default; another address lets agents in remote sandboxes reach them
+	// (each rollout still needs its own key).
+	Listen string `mapstructure:"listen"`
+	// KillGrace is how long the agent's process group has to exit after
+	// SIGTERM (at rollout.episode_timeout) before SIGKILL.
+	KillGrace time.Duration `mapstructure:"kill_grace"`
+}
+
+// Enabled reports whether the rollouts are played by an agent.
+func (a AgentConfig) Enabled() bool { return len(a.Command) > 0 || a.URL != "" }
+
+func defaultAgent() AgentConfig {
+	return AgentConfig{ModelName: "ortrain-policy", Listen: "127.0.0.1:0", KillGrace: 5 * time.Second}
+}
+
+func (c *Config) validateAgent() error {
+	a := c.Agent
+	if !a.Enabled() {
+		return nil
+	}
+	switch {
+	case len(a.Command) > 0 && a.URL != "":
+		return bad("agent.url", a.URL, "set agent.command or agent.url, not both")
+	case len(a.Command) > 0 && strings.TrimSpace(a.Command[0]) == "":
+		return bad("agent.command", a.Command, "a program and its arguments, e.g. [python3, agents/my_agent.py]")
+	case strings.TrimSpace(a.ModelName) == "":
+		return bad("agent.model_name", a.ModelName, "the model id the agent sends, e.g. ortrain-policy")
+	case !(a.KillGrace > 0):
+		return bad("agent.kill_grace", a.KillGrace, "a positive duration such as 5s")
+	case c.Async.MaxOffPolicySteps > 0:
+		return bad("async.max_off_policy_steps", c.Async.MaxOffPolicySteps, "0 with agent rollouts (their calls are on-policy for now)")
+	case len(c.Envs) == 0:
+		return bad("envs", "[]", "at least one env: an agent's tasks come from an env")
+	}
+	if a.URL != "" {
+		u, err := url.Parse(a.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("agent.url", a.URL, "an http:// or https:// URL of the agent service")
+		}
+	}
+	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
+		return bad("agent.listen", a.Listen, "host:port, e.g. 127.0.0.1:0 (loopback, any free port)")
+	}
+	return nil
+}

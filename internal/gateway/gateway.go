@@ -1,0 +1,340 @@
+// Package gateway serves an OpenAI-compatible HTTP API (chat completions,
+// text completions, models) from ortrain's own engine, so an agent that
+// keeps its own loop and calls OPENAI_BASE_URL can be trained on exactly
+// what the engine sampled.
+//
+// Multi-tenant (training): Open gives each rollout a base path
+// /rollouts/{id}/v1 and a fresh bearer key; every successful call is
+// recorded token for token (prompt ids as rendered and encoded here,
+// completion ids and log-probs as the sampler returned them, the weight
+// version at dispatch) in the rollout's Recorder, and Assemble turns the
+// calls into training segments without re-tokenizing any text.
+// Single-tenant (ortrain serve-engine): the same handlers at /v1, with an
+// optional API key and no recording.
+//
+// Replies keep the sampled text: content is the text outside the tool calls
+// (trimmed; thinking blocks stay in it), arguments are the JSON the model
+// wrote, so an agent that sends a reply back gets it re-rendered to the
+// sampled ids wherever the template writes turns as the model did (see
+// Assemble). Log-probs are the sampler's, after temperature and truncation.
+// Any "model" name is accepted (agents hard-code names); "developer"
+// messages are rendered as "system"; max_tokens above the cap is served
+// with the cap.
+//
+// What the gateway does not do, by design: it samples n=1 only; it does not
+// constrain decoding, so tool_choice "required" or a named function is
+// accepted but not enforced (the tools are rendered and the reply parsed as
+// for "auto"); tool_choice "none" still renders the tools (so the prompt
+// prefix stays the same across calls) but returns the whole reply as
+// content; the engine does not stream, so a streamed reply is written as
+// SSE chunks after the completion is sampled; top_logprobs are empty lists.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/engine"
+)
+
+// Defaults apply when a request leaves a sampling field out.
+type Defaults struct {
+	// MaxTokens is the completion budget of a request that sets none
+	// (0: 1024).
+	MaxTokens int
+	// MaxTokensCap bounds every completion (0: no cap beyond MaxModelLen).
+	// A request asking for more is served with the cap, not refused: agents
+	// send large constants, and the budget is the trainer's to set.
+	MaxTokensCap int
+	// Sampling is used field by field where a request sets none; the zero
+	// value means temperature 1, top_p 1.
+	Sampling engine.SamplingParams
+	// ForceSampling applies Sampling to every request, whatever the agent
+	// sends (its values are still checked): a trainer explores with its own
+	// temperature, and its loss assumes the log-probs were sampled with it
+	// (agents often hard-code temperature 0). Calls that asked for
+	// something else are counted (Recorder.SamplingOverridden).
+	ForceSampling bool
+}
+
+// SingleTenant serves the API at /v1 for one client that is not a rollout
+// (ortrain serve-engine): nothing is recorded and no session key is sent.
+type SingleTenant struct {
+	// APIKey, when set, is required as a Bearer token; "" accepts any
+	// request.
+	APIKey string
+}
+
+// Options configure a Gateway.
+type Options struct {
+	Model     string // the served model id (GET models, "model" in replies)
+	Tokenizer *chat.Tokenizer
+	Template  *chat.Template
+	Kwargs    map[string]any // extra template variables (enable_thinking, …)
+	// Format parses tool calls out of replies; chat.FormatNone returns
+	// every reply as content (resolve it with chat.DetectToolCallFormat).
+	Format chat.ToolCallFormat
+	// Sampler generates the completions; only Generate is used.
+	Sampler  engine.Generator
+	Defaults Defaults
+	// MaxModelLen bounds prompt + completion tokens (0: unbounded): a
+	// prompt that leaves no room is refused, max_tokens is lowered to fit.
+	MaxModelLen int
+	// WeightVersion is stamped on each call when it is dispatched (nil: 0).
+	WeightVersion func() int
+	// CallTimeout bounds one generation (0: 10 minutes).
+	CallTimeout time.Duration
+	// MaxBodyBytes bounds a request body (0: 16 MiB); larger is 413.
+	MaxBodyBytes int64
+	// SingleTenant, when set, also serves the API at /v1.
+	SingleTenant *SingleTenant
+	Logger       zerolog.Logger
+	Now          func() time.Time // nil: time.Now
+}
+
+// Errors Open returns; callers branch on them with errors.Is.
+var (
+	ErrRolloutExists    = errors.New("rollout already open")
+	ErrInvalidRolloutID = errors.New("invalid rollout id")
+	// ErrRolloutClosed is the cause of the context of a call whose rollout
+	// was closed while it ran.
+	ErrRolloutClosed = errors.New("rollout closed")
+)
+
+// Gateway is the HTTP API over one engine. It is safe for concurrent use.
+type Gateway struct {
+	opts    Options
+	endIDs  []int32 // stop ids of every generation: the end-of-turn tokens
+	created int64   // GET models "created"
+	log     zerolog.Logger
+	mux     *http.ServeMux
+
+	mu       sync.Mutex
+	rollouts map[string]*rollout
+	single   *rollout // nil unless Options.SingleTenant
+}
+
+// rollout is one tenant: a key, a recorder and a context Close cancels.
+type rollout struct {
+	id     string
+	key    []byte    // nil: any request is accepted (single tenant, no key)
+	rec    *Recorder // nil: nothing is recorded
+	ctx    context.Context
+	cancel context.CancelCauseFunc // nil for the single tenant
+}
+
+// New checks the options and builds the gateway.
+func New(opts Options) (*Gateway, error) {
+	switch {
+	case opts.Tokenizer == nil:
+		return nil, errors.New("gateway: Options.Tokenizer is required")
+	case opts.Template == nil:
+		return nil, errors.New("gateway: Options.Template is required")
+	case opts.Sampler == nil:
+		return nil, errors.New("gateway: Options.Sampler is required")
+	case opts.Model == "":
+		return nil, errors.New("gateway: Options.Model (the served model id) is required")
+	}
+	if opts.Defaults.MaxTokens == 0 {
+		opts.Defaults.MaxTokens = 1024
+	}
+	if opts.Defaults.Sampling == (engine.SamplingParams{}) {
+		opts.Defaults.Sampling = engine.SamplingParams{Temperature: 1, TopP: 1}
+	}
+	probe := engine.Request{PromptIDs: []int32{0}, MaxTokens: opts.Defaults.MaxTokens, Sampling: opts.Defaults.Sampling}
+	if err := probe.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: Options.Defaults: %w", err)
+	}
+	if opts.Defaults.MaxTokensCap < 0 || opts.MaxModelLen < 0 {
+		return nil, fmt.Errorf("gateway: Options.Defaults.MaxTokensCap %d and Options.MaxModelLen %d must be >= 0",
+			opts.Defaults.MaxTokensCap, opts.MaxModelLen)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 10 * time.Minute
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 16 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	endIDs := opts.Tokenizer.Special().EndOfTurn
+	if len(endIDs) == 0 {
+		return nil, errors.New("gateway: the tokenizer has no end-of-turn token to stop generation at")
+	}
+	g := &Gateway{opts: opts, endIDs: endIDs, created: opts.Now().Unix(),
+		log: opts.Logger.With().Str("component", "gateway").Logger(),
+		mux: http.NewServeMux(), rollouts: map[string]*rollout{}}
+	g.route("/rollouts/{id}/v1", g.rolloutEndpoint)
+	if st := opts.SingleTenant; st != nil {
+		g.single = &rollout{ctx: context.Background()} // never closed
+		if st.APIKey != "" {
+			g.single.key = []byte(st.APIKey)
+		}
+		g.route("/v1", g.singleEndpoint)
+	}
+	// Anything else, a wrong method included, gets OpenAI's error shape.
+	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("unknown_url", "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return g, nil
+}
+
+// endpoint serves one route for an authorized tenant.
+type endpoint func(w http.ResponseWriter, r *http.Request, ro *rollout)
+
+func (g *Gateway) route(base string, wrap func(endpoint) http.HandlerFunc) {
+	g.mux.HandleFunc("POST "+base+"/chat/completions", wrap(g.handleChat))
+	g.mux.HandleFunc("POST "+base+"/completions", wrap(g.handleText))
+	g.mux.HandleFunc("GET "+base+"/models", wrap(g.handleModels))
+}
+
+// Handler returns the HTTP handler of every route.
+func (g *Gateway) Handler() http.Handler { return g.mux }
+
+// RolloutPath is the base path of a rollout's API: OPENAI_BASE_URL is the
+// server's address followed by it.
+func RolloutPath(id string) string { return "/rollouts/" + id + "/v1" }
+
+// Open starts a rollout: its calls are served under RolloutPath(id) with
+// the returned key and recorded in the returned Recorder.
+func (g *Gateway) Open(id string) (key string, rec *Recorder, err error) {
+	if !validRolloutID(id) {
+		return "", nil, fmt.Errorf("%w %q: use 1 to 128 characters from A-Z a-z 0-9 . _ - ~", ErrInvalidRolloutID, id)
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	key = "sk-ortrain-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.rollouts[id]; ok {
+		cancel(nil)
+		return "", nil, fmt.Errorf("%w: %q", ErrRolloutExists, id)
+	}
+	g.rollouts[id] = ro
+	return key, ro.rec, nil
+}
+
+// Close ends a rollout: later requests get 404, calls in flight are
+// cancelled, and its Recorder takes no more calls (so Calls is final once
+// Close returns). Closing an unknown id does nothing. The engine session
+// (SessionKey = id) is the caller's to end, as rollout.Runner ends its own:
+// the gateway calls only Generate.
+func (g *Gateway) Close(id string) {
+	g.mu.Lock()
+	ro := g.rollouts[id]
+	delete(g.rollouts, id)
+	g.mu.Unlock()
+	if ro == nil {
+		return
+	}
+	ro.rec.close()
+	ro.cancel(ErrRolloutClosed)
+}
+
+func validRolloutID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-~", c)
+		if !ok {
+			return false
+		}
+	}
+	return id != "." && id != ".."
+}
+
+func (g *Gateway) rolloutEndpoint(h endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		g.mu.Lock()
+		ro := g.rollouts[id]
+		g.mu.Unlock()
+		if ro == nil {
+			writeError(w, notFound("rollout_not_found", "rollout %q is not open", id))
+			return
+		}
+		g.serveTenant(w, r, ro, h)
+	}
+}
+
+func (g *Gateway) singleEndpoint(h endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { g.serveTenant(w, r, g.single, h) }
+}
+
+// serveTenant checks the key and runs h under a context that Close cancels.
+func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollout, h endpoint) {
+	if !ro.authorized(r) {
+		g.fail(w, ro, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+			message: "Incorrect API key provided: send this rollout's key as 'Authorization: Bearer <key>'."})
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(ro.ctx, func() { cancel(context.Cause(ro.ctx)) })
+	defer stop()
+	h(w, r.WithContext(ctx), ro)
+}
+
+// authorized compares the bearer token with the tenant's key in constant
+// time. The key is never logged.
+func (ro *rollout) authorized(r *http.Request) bool {
+	if ro.key == nil {
+		return true
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), ro.key) == 1
+}
+
+// fail answers with an OpenAI error and counts it against the rollout.
+func (g *Gateway) fail(w http.ResponseWriter, ro *rollout, e *apiError) {
+	if ro.rec != nil {
+		ro.rec.reject(e, g.opts.Now())
+	}
+	ev := g.log.Debug()
+	if e.status >= 500 {
+		ev = g.log.Warn()
+	}
+	ev.Str("rollout", ro.id).Int("status", e.status).Str("param", e.param).Str("error", e.message).Msg("request refused")
+	writeError(w, e)
+}
+
+func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request, ro *rollout) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{ID: g.opts.Model, Object: "model", Created: g.created, OwnedBy: "ortrain"}}})
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (g *Gateway) weightVersion() int {
+	if g.opts.WeightVersion == nil {
+		return 0
+	}
+	return g.opts.WeightVersion()
+}
