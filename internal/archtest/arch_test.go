@@ -32,12 +32,14 @@ var allowed = map[string][]string{
 	"cmd/ortrain": {"internal/cli"},
 	"configs":     {},
 	// a user's own agent run once per rollout (a process group or an HTTP service).
-	"internal/agent":      {},
-	"internal/archtest":   {},
-	"internal/backoff":    {},
-	"internal/chat":       {"internal/chat/jinja"},
-	"internal/chat/jinja": {},
-	"internal/childproc":  {},
+	"internal/agent": {},
+	// rollouts played by a user's agent: gateway + MCP + the agent process, assembled into trajectories.
+	"internal/agentrollout": {"internal/agent", "internal/engine", "internal/envmcp", "internal/envtarget", "internal/gateway", "internal/rollout"},
+	"internal/archtest":     {},
+	"internal/backoff":      {},
+	"internal/chat":         {"internal/chat/jinja"},
+	"internal/chat/jinja":   {},
+	"internal/childproc":    {},
 	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
 		"internal/sft", "internal/smoke", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
@@ -46,7 +48,7 @@ var allowed = map[string][]string{
 	"internal/demos":  {"internal/envtarget"},
 	"internal/engine": {"internal/backoff", "internal/vllm", "internal/worker"},
 	// serve-engine: the vLLM HTTP subset over the builtin backend; only cli imports it.
-	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/model", "internal/vllm", "internal/worker"},
+	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/gateway", "internal/model", "internal/vllm", "internal/worker"},
 	// the pure-Go toy backend of serve's and engine's tests.
 	"internal/engine/serve/servetest": {"internal/engine"},
 	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
@@ -74,7 +76,7 @@ var allowed = map[string][]string{
 	"internal/sft":      {"internal/chat", "internal/config", "internal/grpo", "internal/train", "internal/worker"},
 	"internal/smoke":    {"internal/config", "internal/envtarget", "internal/jsonschema", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
 	"internal/tfevents": {},
-	"internal/train": {"internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/grpo",
+	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
 		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/verdict":            {},
 	"internal/vllm":               {"internal/backoff", "internal/childproc"},

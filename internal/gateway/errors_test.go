@@ -100,7 +100,7 @@ func TestTemplateCannotRender(t *testing.T) {
 func TestAuth(t *testing.T) {
 	h := newHarness(t, nil)
 	keyA, recA := h.open(t, "a")
-	keyB, _ := h.open(t, "b")
+	keyB, recB := h.open(t, "b")
 	body := `{"messages":[{"role":"user","content":"hi"}]}`
 	cases := []struct {
 		name   string
@@ -136,7 +136,11 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
-	assert.Equal(t, 4, recA.Rejected(), "bad keys on a rollout count against it")
+	// A refusal counts against the rollout whose key was presented, never
+	// the targeted one: b's agent reached into a; the rest held no key.
+	assert.Equal(t, 0, recA.Rejected(), "a rollout is not blamed for requests others send to its URL")
+	assert.Equal(t, 1, recB.Rejected(), "using its key on another rollout counts against b")
+	assert.Equal(t, int64(3), h.gw.Unauthorized(), "no key, Basic, a made-up key")
 	assert.Len(t, recA.Calls(), 2)
 
 	h.gw.Close("a")

@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -119,6 +120,8 @@ type Gateway struct {
 	created int64   // GET models "created"
 	log     zerolog.Logger
 	mux     *http.ServeMux
+
+	unauthorized atomic.Int64 // requests with a key no open rollout holds
 
 	mu       sync.Mutex
 	rollouts map[string]*rollout
@@ -279,8 +282,19 @@ func (g *Gateway) singleEndpoint(h endpoint) http.HandlerFunc {
 // serveTenant checks the key and runs h under a context that Close cancels.
 func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollout, h endpoint) {
 	if !ro.authorized(r) {
-		g.fail(w, ro, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
-			message: "Incorrect API key provided: send this rollout's key as 'Authorization: Bearer <key>'."})
+		e := &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+			message: "Incorrect API key provided: send this rollout's key as 'Authorization: Bearer <key>'."}
+		// The refusal counts against the rollout whose key was presented
+		// (an agent reaching into another rollout), never against the
+		// rollout whose URL was targeted; a key nobody holds is counted
+		// on the gateway.
+		if owner := g.keyOwner(r); owner != nil {
+			g.fail(w, owner, e)
+		} else {
+			g.unauthorized.Add(1)
+			g.log.Debug().Str("rollout", ro.id).Msg("request without a valid key refused")
+			writeError(w, e)
+		}
 		return
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -289,6 +303,22 @@ func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollou
 	defer stop()
 	h(w, r.WithContext(ctx), ro)
 }
+
+// keyOwner is the open rollout whose key r presents, or nil.
+func (g *Gateway) keyOwner(r *http.Request) *rollout {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, ro := range g.rollouts {
+		if ro.key != nil && ro.authorized(r) {
+			return ro
+		}
+	}
+	return nil
+}
+
+// Unauthorized counts requests refused for a key no open rollout holds
+// (none, or a made-up one).
+func (g *Gateway) Unauthorized() int64 { return g.unauthorized.Load() }
 
 // authorized compares the bearer token with the tenant's key in constant
 // time. The key is never logged.

@@ -130,6 +130,45 @@ func TestSplitRound(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestForksTrainWithTheirRolloutsAdvantage: a sample's forks become rows
+// after all the samples' own rows, each with the sample's advantage and its
+// masking (none for an unscorable rollout), and SplitRound deals the rows
+// beyond s*b to the micro-batches in turn.
+func TestForksTrainWithTheirRolloutsAdvantage(t *testing.T) {
+	samples := []Sample{
+		{PromptIDs: []int32{1}, CompletionIDs: []int32{2, 3}, ToolMask: []uint8{1, 1}, Reward: 1,
+			Forks: []Fork{
+				{PromptIDs: []int32{9, 9}, CompletionIDs: []int32{4}, ToolMask: []uint8{1}, SamplerLogprobs: []float32{-0.5}},
+				{PromptIDs: []int32{8}, CompletionIDs: []int32{5, 6}, ToolMask: []uint8{0, 1}},
+			}},
+		{PromptIDs: []int32{1}, CompletionIDs: []int32{7}, ToolMask: []uint8{1}, Reward: nan,
+			Forks: []Fork{{PromptIDs: []int32{1}, CompletionIDs: []int32{7}, ToolMask: []uint8{1}}}},
+		{PromptIDs: []int32{1}, CompletionIDs: []int32{2}, ToolMask: []uint8{1}, Reward: 0},
+		{PromptIDs: []int32{1}, CompletionIDs: []int32{3}, ToolMask: []uint8{1}, Reward: 0},
+	}
+	adv := Advantages{A: []float64{0.75, 0, -0.25, -0.5}}
+	rows, err := BuildRows(samples, adv, false)
+	require.NoError(t, err)
+	require.Len(t, rows, 7)
+	assert.Equal(t, Row{Tokens: []int32{9, 9, 4}, PromptLen: 2, LossMask: []uint8{1}, SamplerLogprobs: []float32{-0.5}, Advantage: 0.75}, rows[4])
+	assert.Equal(t, Row{Tokens: []int32{8, 5, 6}, PromptLen: 1, LossMask: []uint8{0, 1}, Advantage: 0.75}, rows[5])
+	assert.Equal(t, []uint8{0}, rows[6].LossMask, "an unscorable rollout's fork trains on nothing")
+
+	mbs, err := SplitRound(rows, 2, 2, 1, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	seen := 0
+	for _, mb := range mbs {
+		assert.GreaterOrEqual(t, len(mb.Rows), 3)
+		seen += len(mb.Rows)
+	}
+	assert.Equal(t, 7, seen)
+
+	bad := []Sample{{PromptIDs: []int32{1}, CompletionIDs: []int32{2}, ToolMask: []uint8{1}, Reward: 1,
+		Forks: []Fork{{PromptIDs: []int32{1}, CompletionIDs: []int32{2, 3}, ToolMask: []uint8{1}}}}}
+	_, err = BuildRows(bad, Advantages{A: []float64{1}}, false)
+	require.Error(t, err, "a fork's mask must cover its completion")
+}
+
 func TestRoundMetrics(t *testing.T) {
 	samples := []Sample{
 		{PromptIDs: []int32{1, 2}, CompletionIDs: []int32{3, 4, 5}, ToolMask: []uint8{1, 0, 1}, Reward: 1, Env: "echo", ToolCalls: 2, ToolFailures: 1},

@@ -95,6 +95,13 @@ func newScorer(s Spec, opts Options, env *cel.Env) (scorer, error) {
 		return perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) {
 			return agg.Aggregate(t.EnvRewards), nil
 		}), nil
+	case KindAgent:
+		return perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) {
+			if t.AgentReward == nil {
+				return 0, nil
+			}
+			return *t.AgentReward, nil
+		}), nil
 	case KindBuiltin:
 		b := builtins[s.Function]
 		return perTrajectory(func(_ context.Context, t *Trajectory) (float64, error) { return b.score(s, t), nil }), nil

@@ -142,3 +142,21 @@ func TestScoreFromManyGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAgentReward: kind agent scores the reward the agent reported, 0 when
+// it reported none, beside the env's rewards.
+func TestAgentReward(t *testing.T) {
+	set := compile(t, []Spec{{Name: "env", Kind: KindEnv}, {Name: "agent", Kind: KindAgent}}, Options{})
+	half, one := 0.5, 1.0
+	scores, err := set.Score(context.Background(), []Trajectory{
+		{AgentReward: &half, EnvRewards: []*float64{&one}},
+		{EnvRewards: []*float64{&one}},
+	})
+	require.NoError(t, err)
+	require.Len(t, scores, 2)
+	assert.Equal(t, []float64{1, 0.5}, scores[0].Values)
+	assert.InDelta(t, 1.5, scores[0].Total, 1e-12)
+	assert.Equal(t, []float64{1, 0}, scores[1].Values)
+	_, err = Compile([]Spec{{Name: "a", Kind: KindAgent, Aggregation: "sum"}}, Options{})
+	require.Error(t, err, "an agent reward aggregates nothing")
+}

@@ -23,6 +23,9 @@ const (
 	KindBuiltin Kind = "builtin"
 	// KindHTTP POSTs the batch to a remote scorer.
 	KindHTTP Kind = "http"
+	// KindAgent is the reward a user's agent reported for its rollout
+	// (agent: rollouts; 0 when it reported none).
+	KindAgent Kind = "agent"
 )
 
 // Defaults for fields a spec leaves out.
@@ -123,7 +126,7 @@ func (s Spec) Validate(index int) error {
 		return bad("weight", "is NaN")
 	}
 	if s.Aggregation != "" {
-		if s.Kind == KindBuiltin {
+		if s.Kind == KindBuiltin || s.Kind == KindAgent {
 			return bad("aggregation", "only env, expression and http rewards aggregate env rewards, not %s", s.Kind)
 		}
 		if _, err := grpo.ParseRewardAggregation(s.Aggregation); err != nil {
@@ -135,7 +138,7 @@ func (s Spec) Validate(index int) error {
 		"cache": s.Cache != 0, "url": s.URL != "", "timeout": s.Timeout != 0, "retries": s.Retries != nil,
 	}
 	switch s.Kind {
-	case KindEnv:
+	case KindEnv, KindAgent:
 	case KindExpression:
 		if strings.TrimSpace(s.Expression) == "" {
 			return bad("expression", "required for kind expression")
@@ -159,7 +162,7 @@ func (s Spec) Validate(index int) error {
 		}
 		unused["url"], unused["timeout"], unused["retries"] = false, false, false
 	default:
-		return bad("kind", "%q: allowed: env, expression, builtin, http", s.Kind)
+		return bad("kind", "%q: allowed: env, expression, builtin, http, agent", s.Kind)
 	}
 	for _, f := range []string{"expression", "function", "max_length", "cache", "url", "timeout", "retries"} {
 		if unused[f] {

@@ -18,6 +18,9 @@ type Trajectory struct {
 	EnvRewards []*float64 `json:"env_rewards"`
 	// Finished: the env said the episode is done.
 	Finished bool `json:"finished"`
+	// AgentReward is the reward a user's agent reported (nil: none, or not
+	// an agent rollout).
+	AgentReward *float64 `json:"agent_reward,omitempty"`
 	// Outcome is how the rollout ended (rollout.Outcome's string).
 	Outcome string `json:"outcome"`
 	// Truncated: the completion budget ran out.

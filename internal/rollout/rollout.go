@@ -109,6 +109,14 @@ const (
 	// template's end-of-turn, so its turn cannot be closed token-exactly).
 	// A local failure, never counted as the env's.
 	OutcomeRenderError Outcome = "render_error"
+
+	// Outcomes of rollouts played by a user's agent (the agent: section):
+	// each is the agent's own failure, masked from the loss and counted.
+	OutcomeAgentError      Outcome = "agent_error"       // crashed, non-zero exit, could not start, service error
+	OutcomeAgentTimeout    Outcome = "agent_timeout"     // still running at rollout.episode_timeout
+	OutcomeAgentBadOutput  Outcome = "agent_bad_output"  // its last stdout line (or answer) was not {"reward": number}
+	OutcomeAgentBadRequest Outcome = "agent_bad_request" // a model call the gateway refused (malformed, wrong key)
+	OutcomeAgentNoCalls    Outcome = "agent_no_calls"    // it ended without calling the model: nothing to train
 )
 
 // Outcomes lists every outcome, so counters can report the ones that did
@@ -117,6 +125,7 @@ func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeDone, OutcomeStopped, OutcomeIterations, OutcomeTruncated, OutcomeBudget,
 		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
+		OutcomeAgentError, OutcomeAgentTimeout, OutcomeAgentBadOutput, OutcomeAgentBadRequest, OutcomeAgentNoCalls,
 	}
 }
 
@@ -124,7 +133,8 @@ func Outcomes() []Outcome {
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
 	switch o {
-	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError:
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
+		OutcomeAgentError, OutcomeAgentTimeout, OutcomeAgentBadOutput, OutcomeAgentBadRequest, OutcomeAgentNoCalls:
 		return true
 	}
 	return false
@@ -192,6 +202,15 @@ type Trajectory struct {
 	PromptText string
 	// Metadata is the last metadata the env returned with a tool output.
 	Metadata json.RawMessage
+	// Forks are the further token sequences of an agent rollout whose agent
+	// rewrote its history (Tokens is the first): each trains as its own row
+	// with the rollout's advantage. PrefixBreaks counts the rewrites.
+	Forks        []Fork
+	PrefixBreaks int
+	// Agent: a user's agent played the rollout (the agent: section);
+	// AgentReward is the reward it reported (nil: none).
+	Agent       bool
+	AgentReward *float64
 	// Retries counts the attempts rerun because the session died with its
 	// server (the trajectory is the last attempt's).
 	Retries  int
@@ -202,6 +221,16 @@ type Trajectory struct {
 	// intervals, so a step's wall time per phase can be measured across
 	// concurrent rollouts (the union of all of them), not just summed.
 	GenSpans, EnvSpans []Span
+}
+
+// Fork is one more token sequence of a rollout: prompt + completion split
+// at PromptLen, LossMask and Logprobs one per completion token, as in
+// Trajectory.
+type Fork struct {
+	Tokens    []int32
+	PromptLen int
+	LossMask  []uint8
+	Logprobs  []float32
 }
 
 // Span is one interval of wall-clock time.

@@ -212,6 +212,8 @@ type wireRoundStats struct {
 	Outcomes           map[string]int
 	FormatErrors       int
 	AssistantTurns     int
+	AgentRollouts      int
+	PrefixBreaks       int
 	EnvBusy, GenBusy   time.Duration
 	EnvSpans, GenSpans []rollout.Span
 }
@@ -219,7 +221,7 @@ type wireRoundStats struct {
 func (p *roundPart) wire() (wireRoundPart, error) {
 	w := wireRoundPart{Samples: p.Samples, Failures: p.Failures, FirstFailure: p.FirstFailure, Tools: p.Stats.Tools,
 		Stats: wireRoundStats{RolloutTime: p.Stats.RolloutTime, Outcomes: p.Stats.Outcomes, FormatErrors: p.Stats.FormatErrors, AssistantTurns: p.Stats.AssistantTurns,
-			EnvBusy: p.Stats.EnvBusy, GenBusy: p.Stats.GenBusy, EnvSpans: p.Stats.EnvSpans, GenSpans: p.Stats.GenSpans}}
+			AgentRollouts: p.Stats.AgentRollouts, PrefixBreaks: p.Stats.PrefixBreaks, EnvBusy: p.Stats.EnvBusy, GenBusy: p.Stats.GenBusy, EnvSpans: p.Stats.EnvSpans, GenSpans: p.Stats.GenSpans}}
 	for _, s := range p.Scores {
 		ws := wireScores{Values: s.Values, Total: s.Total}
 		if s.Err != nil {
@@ -262,6 +264,8 @@ func (p *roundPart) appendWire(w wireRoundPart) error {
 	}
 	st.FormatErrors += w.Stats.FormatErrors
 	st.AssistantTurns += w.Stats.AssistantTurns
+	st.AgentRollouts += w.Stats.AgentRollouts
+	st.PrefixBreaks += w.Stats.PrefixBreaks
 	st.EnvBusy += w.Stats.EnvBusy
 	st.GenBusy += w.Stats.GenBusy
 	st.EnvSpans = append(st.EnvSpans, w.Stats.EnvSpans...)

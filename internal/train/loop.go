@@ -456,14 +456,17 @@ type genRound struct {
 
 // roundStats are a round's contributions to its step's metrics.
 type roundStats struct {
-	RolloutTime        time.Duration
-	Rewards            map[string]float64
-	Outcomes           map[string]int
-	FormatErrors       int
-	AssistantTurns     int // sampled turns, the denominator of tools/parse_rate
-	EnvBusy, GenBusy   time.Duration
-	EnvSpans, GenSpans []rollout.Span
-	Round              grpo.RoundMetrics
+	RolloutTime    time.Duration
+	Rewards        map[string]float64
+	Outcomes       map[string]int
+	FormatErrors   int
+	AssistantTurns int // sampled turns, the denominator of tools/parse_rate
+	// AgentRollouts counts the rollouts a user's agent played, PrefixBreaks
+	// the times those agents rewrote their history (agent/prefix_breaks).
+	AgentRollouts, PrefixBreaks int
+	EnvBusy, GenBusy            time.Duration
+	EnvSpans, GenSpans          []rollout.Span
+	Round                       grpo.RoundMetrics
 	// Tools counts the round's tool calls (checked in round order when the
 	// round is used: rounds of two versions may generate at once).
 	Tools toolCounts
@@ -488,6 +491,9 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 		})
 	}
 	gr := &genRound{Round: job.Round, Version: job.Version}
+	if v, ok := l.rollouts.(interface{ SetWeightVersion(int) }); ok {
+		v.SetWeightVersion(job.Version) // stamped on each call an agent makes
+	}
 	t0 := time.Now()
 	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
 	rolloutTime := time.Since(t0)
@@ -672,6 +678,10 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 	for i, t := range trajs {
 		m.Outcomes[string(t.Outcome)]++
 		m.FormatErrors += t.FormatErrors
+		m.PrefixBreaks += t.PrefixBreaks
+		if t.Agent {
+			m.AgentRollouts++
+		}
 		for _, turn := range t.Turns {
 			if turn.Role == "assistant" {
 				m.AssistantTurns++
@@ -693,6 +703,10 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 			s.CompletionIDs = t.Tokens[t.PromptLen:]
 			s.ToolMask = t.LossMask
 			s.SamplerLogprobs = t.Logprobs
+			for _, f := range t.Forks {
+				s.Forks = append(s.Forks, grpo.Fork{PromptIDs: f.Tokens[:f.PromptLen], CompletionIDs: f.Tokens[f.PromptLen:],
+					ToolMask: f.LossMask, SamplerLogprobs: f.Logprobs})
+			}
 		}
 		samples[i] = s
 	}

@@ -37,6 +37,9 @@ type StepMetrics struct {
 	// AssistantTurns are the sampled turns of the step's rollouts: with
 	// FormatErrors, the share of turns whose tool calls parsed.
 	AssistantTurns int
+	// AgentRollouts and PrefixBreaks: rollouts played by a user's agent,
+	// and the history rewrites among them (each one more trained row).
+	AgentRollouts, PrefixBreaks int
 
 	// EnvTime and GenTime are wall time: how long at least one rollout was
 	// in that phase. EnvBusy and GenBusy sum the phase over all rollouts
@@ -84,6 +87,8 @@ func (m *StepMetrics) addRound(s roundStats) {
 	m.Outcomes = s.Outcomes
 	m.FormatErrors += s.FormatErrors
 	m.AssistantTurns += s.AssistantTurns
+	m.AgentRollouts += s.AgentRollouts
+	m.PrefixBreaks += s.PrefixBreaks
 	m.EnvBusy += s.EnvBusy
 	m.GenBusy += s.GenBusy
 	m.envSpans = append(m.envSpans, s.EnvSpans...)
@@ -158,6 +163,9 @@ func (m StepMetrics) Map() map[string]float64 {
 	}
 	if m.AssistantTurns > 0 {
 		out["tools/parse_rate"] = 1 - float64(m.FormatErrors)/float64(m.AssistantTurns)
+	}
+	if m.AgentRollouts > 0 {
+		out["agent/prefix_breaks"] = float64(m.PrefixBreaks)
 	}
 	if m.HasKL {
 		out["kl"] = m.KL

@@ -19,7 +19,14 @@ func compileRewards(cfg *config.Config) (*reward.Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := reward.Compile(cfg.Rewards, reward.Options{Aggregation: agg})
+	specs := cfg.Rewards
+	if len(specs) == 0 && cfg.Agent.Enabled() {
+		// An agent's rollout is scored by the env's rewards (through its
+		// MCP tools) and by the reward it reports itself; usually only one
+		// of them is there. rewards: chooses otherwise.
+		specs = []reward.Spec{{Name: "env", Kind: reward.KindEnv}, {Name: "agent", Kind: reward.KindAgent}}
+	}
+	set, err := reward.Compile(specs, reward.Options{Aggregation: agg})
 	if err != nil {
 		return nil, fmt.Errorf("rewards: %w", err)
 	}
@@ -51,7 +58,7 @@ func rewardView(t *rollout.Trajectory, key string) reward.Trajectory {
 	v := reward.Trajectory{
 		Env: key, Prompt: t.Prompt, EnvRewards: t.Rewards, Outcome: string(t.Outcome),
 		Truncated: t.Outcome == rollout.OutcomeTruncated, NumToolCalls: t.ToolCalls, ToolFailures: t.ToolFailures,
-		CompletionTokens: max(0, len(t.Tokens)-t.PromptLen), Failed: t.Outcome.Failed(),
+		CompletionTokens: max(0, len(t.Tokens)-t.PromptLen), Failed: t.Outcome.Failed(), AgentReward: t.AgentReward,
 	}
 	for _, turn := range t.Turns {
 		rt := reward.Turn{Role: turn.Role, Text: turn.Text, FormatError: turn.FormatError, Tool: turn.Tool, Reward: turn.Reward}

@@ -32,7 +32,7 @@ type stack struct {
 	lib      *worker.Library
 	policy   *workerPolicy
 	gen      engine.Generator
-	runner   *rollout.Runner
+	runner   rolloutRunner
 	rewards  *reward.Set
 	// group is the data-parallel process group (nil: one process).
 	group *worker.Group
@@ -94,7 +94,7 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 	if st.gen, err = so.engine(ctx, st.modelDir, st.policy, st); err != nil {
 		return nil, err
 	}
-	if st.runner, err = newRunner(cfg, st.envs, st.gen, st.chat, so.logger); err != nil {
+	if st.runner, err = newRollouts(cfg, st.envs, st.gen, st.chat, so.logger); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -102,6 +102,9 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 
 // close releases the stack in reverse order of construction.
 func (st *stack) close() {
+	if st.runner != nil {
+		closeRollouts(st.runner)
+	}
 	if st.gen != nil {
 		_ = st.gen.Close()
 	}

@@ -1,0 +1,271 @@
+package agentrollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/agent"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/envmcp"
+	"github.com/ortrain/ortrain/internal/envtarget"
+	"github.com/ortrain/ortrain/internal/gateway"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// agentTask is ORTRAIN_TASK (and the task field of a URL agent's request):
+// the prompt as chat messages, the session's tools in OpenAI's shape (also
+// served over MCP), and where the task comes from.
+type agentTask struct {
+	Messages []taskMessage `json:"messages"`
+	Tools    []taskTool    `json:"tools"`
+	Env      string        `json:"env"`
+	Split    string        `json:"split"`
+	Index    int           `json:"index"`
+}
+
+type taskMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type taskTool struct {
+	Type     string       `json:"type"`
+	Function taskFunction `json:"function"`
+}
+
+type taskFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Run plays one task: the env session opened, the agent run with its own
+// gateway tenant and MCP endpoint, everything closed, the calls assembled.
+func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory {
+	tr := &rollout.Trajectory{Task: task, Agent: true}
+	start := time.Now()
+	defer func() { tr.Duration = time.Since(start) }()
+	if task.Env < 0 || task.Env >= len(r.envs) {
+		tr.Outcome, tr.Err = rollout.OutcomeEnvError, fmt.Errorf("task refers to env %d of %d", task.Env, len(r.envs))
+		return tr
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Agent.Timeout)
+	defer cancel()
+
+	// As in ortrain's own loop: opening is bounded by the call deadline,
+	// not cut short by cancellation (a half-done create leaks a session).
+	t0 := time.Now()
+	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.CallTimeout)
+	sess, err := r.envs[task.Env].OpenSession(octx, envtarget.TaskRef{Split: task.Split, Index: task.Index, Secrets: task.Secrets})
+	ocancel()
+	if err != nil {
+		r.fail(ctx, tr, fmt.Errorf("open session for %s task %d: %w", task.Split, task.Index, err))
+		return tr
+	}
+	defer r.closeSession(sess)
+	prompt, tools, err := r.start(ctx, sess)
+	tr.EnvSpans = append(tr.EnvSpans, rollout.Span{Start: t0, End: time.Now()})
+	if err != nil {
+		r.fail(ctx, tr, err)
+		return tr
+	}
+	tr.Prompt = prompt
+	for _, t := range tools {
+		tr.ToolsOffered = append(tr.ToolsOffered, t.Name)
+	}
+
+	id := fmt.Sprintf("%s-%d", r.prefix, r.seq.Add(1))
+	key, rec, err := r.gw.Open(id)
+	if err != nil {
+		tr.Outcome, tr.Err = rollout.OutcomeGenError, fmt.Errorf("open gateway tenant: %w", err)
+		return tr
+	}
+	ep := r.mcp.Attach(id, key, sess, tools)
+	taskJSON, err := json.Marshal(r.agentTask(task, prompt, tools))
+	if err != nil {
+		r.mcp.Detach(id)
+		r.gw.Close(id)
+		tr.Outcome, tr.Err = rollout.OutcomeEnvError, fmt.Errorf("encode the agent's task: %w", err)
+		return tr
+	}
+	res := agent.Run(ctx, r.opts.Agent, agent.Facts{
+		RolloutID: id, BaseURL: r.base + gateway.RolloutPath(id), APIKey: key,
+		Model: r.opts.Gateway.Model, MCPURL: r.base + "/mcp/" + id, Task: taskJSON,
+	})
+	// The records are final once both are closed: no call lands later.
+	r.mcp.Detach(id)
+	r.gw.Close(id)
+	r.endSession(id)
+
+	r.fill(tr, rec, ep, res)
+	r.opts.Logger.Debug().Str("rollout", id).Str("outcome", string(tr.Outcome)).Int("model_calls", len(rec.Calls())).
+		Int("tool_calls", tr.ToolCalls).Int("prefix_breaks", tr.PrefixBreaks).Dur("took", res.Duration).Msg("agent rollout")
+	return tr
+}
+
+// start reads the session's prompt and tools under the call deadline.
+func (r *Runner) start(ctx context.Context, sess rollout.Session) (string, []envtarget.ToolSpec, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	prompt, err := sess.Prompt(cctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("get prompt: %w", err)
+	}
+	tools, err := sess.Tools(cctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("list tools: %w", err)
+	}
+	return prompt, tools, nil
+}
+
+func (r *Runner) agentTask(task rollout.Task, prompt string, tools []envtarget.ToolSpec) agentTask {
+	at := agentTask{Split: task.Split, Index: task.Index, Tools: []taskTool{}}
+	if task.Env < len(r.opts.EnvNames) {
+		at.Env = r.opts.EnvNames[task.Env]
+	}
+	if r.opts.SystemPrompt != "" {
+		at.Messages = append(at.Messages, taskMessage{Role: "system", Content: r.opts.SystemPrompt})
+	}
+	at.Messages = append(at.Messages, taskMessage{Role: "user", Content: prompt})
+	for _, t := range tools {
+		params := t.InputSchema
+		if len(params) == 0 || string(params) == "null" {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		at.Tools = append(at.Tools, taskTool{Type: "function", Function: taskFunction{Name: t.Name, Description: t.Description, Parameters: params}})
+	}
+	return at
+}
+
+// fill turns what the gateway and the MCP server recorded into the
+// trajectory: the calls' tokens (forks where the agent rewrote its
+// history), the env's rewards, the agent's reward and the outcome.
+func (r *Runner) fill(tr *rollout.Trajectory, rec *gateway.Recorder, ep *envmcp.Episode, res agent.Result) {
+	calls := rec.Calls()
+	toolCalls := ep.Calls()
+	tr.AgentReward = res.Reward
+	tr.Rewards = ep.Rewards()
+	tr.ToolCalls = len(toolCalls)
+	for _, c := range toolCalls {
+		if c.IsError || c.Err != "" {
+			tr.ToolFailures++
+		}
+		tr.EnvTime += c.End.Sub(c.Start)
+		tr.EnvSpans = append(tr.EnvSpans, rollout.Span{Start: c.Start, End: c.End})
+	}
+	for _, c := range calls {
+		tr.GenTime += c.End.Sub(c.Start)
+		tr.GenSpans = append(tr.GenSpans, rollout.Span{Start: c.Start, End: c.End})
+	}
+	tr.Turns = r.turns(calls, toolCalls)
+	asm := gateway.Assemble(calls)
+	tr.PrefixBreaks = asm.PrefixBreaks
+	for i, s := range asm.Segments {
+		if i == 0 {
+			tr.Tokens, tr.PromptLen, tr.LossMask, tr.Logprobs = s.Tokens, s.PromptLen, s.LossMask, s.Logprobs
+			continue
+		}
+		tr.Forks = append(tr.Forks, rollout.Fork{Tokens: s.Tokens, PromptLen: s.PromptLen, LossMask: s.LossMask, Logprobs: s.Logprobs})
+	}
+	tr.Outcome, tr.Err = outcome(res, rec, toolCalls, len(calls), ep.Finished())
+}
+
+// outcome classifies the rollout: the agent's own ending first, then what
+// the gateway refused or failed, then whether there is anything to train.
+func outcome(res agent.Result, rec *gateway.Recorder, toolCalls []envmcp.ToolCall, calls int, finished bool) (rollout.Outcome, error) {
+	switch res.Outcome {
+	case agent.OutcomeTimeout:
+		return rollout.OutcomeAgentTimeout, res.Err
+	case agent.OutcomeCanceled:
+		return rollout.OutcomeCanceled, res.Err
+	case agent.OutcomeAgentError:
+		return rollout.OutcomeAgentError, res.Err
+	case agent.OutcomeBadOutput:
+		return rollout.OutcomeAgentBadOutput, res.Err
+	}
+	if n := rec.Rejected(); n > 0 {
+		first := rec.Rejections()[0]
+		return rollout.OutcomeAgentBadRequest, fmt.Errorf("the gateway refused %d of the agent's model calls (first: %d %s)", n, first.Status, first.Message)
+	}
+	if n := rec.Failed(); n > 0 {
+		return rollout.OutcomeGenError, fmt.Errorf("%d of the agent's model calls failed in the engine", n)
+	}
+	for _, c := range toolCalls {
+		if c.Err != "" && !c.IsError {
+			return rollout.OutcomeEnvError, fmt.Errorf("tool %s: %s", c.Name, c.Err)
+		}
+	}
+	switch {
+	case calls == 0:
+		return rollout.OutcomeAgentNoCalls, errors.New("the agent ended without calling the model")
+	case finished:
+		return rollout.OutcomeDone, nil
+	}
+	return rollout.OutcomeStopped, nil
+}
+
+// turns is the transcript for trajectories.jsonl and reward functions:
+// each model call's completion (decoded) and each tool call, in time order.
+func (r *Runner) turns(calls []gateway.Call, toolCalls []envmcp.ToolCall) []rollout.Turn {
+	type timed struct {
+		at   time.Time
+		turn rollout.Turn
+	}
+	var all []timed
+	tok := r.opts.Gateway.Tokenizer
+	for _, c := range calls {
+		all = append(all, timed{c.Start, rollout.Turn{Role: "assistant", Text: tok.Decode(c.CompletionIDs, false), FormatError: c.MalformedToolCalls > 0}})
+	}
+	for _, c := range toolCalls {
+		t := rollout.Turn{Role: "tool", Tool: c.Name, Text: c.Result, Reward: c.Reward, Finished: c.Finished, Error: c.Err}
+		all = append(all, timed{c.Start, t})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	out := make([]rollout.Turn, len(all))
+	for i, t := range all {
+		out[i] = t.turn
+	}
+	return out
+}
+
+// fail records an env failure before the agent ran.
+func (r *Runner) fail(ctx context.Context, tr *rollout.Trajectory, err error) {
+	tr.Err = err
+	var unreachable *envtarget.UnreachableError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		tr.Outcome = rollout.OutcomeTimeout
+	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		tr.Outcome = rollout.OutcomeCanceled
+	case errors.As(err, &unreachable):
+		tr.Outcome = rollout.OutcomeUnreachable
+	default:
+		tr.Outcome = rollout.OutcomeEnvError
+	}
+}
+
+func (r *Runner) closeSession(sess rollout.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
+	defer cancel()
+	if err := sess.Close(ctx); err != nil {
+		r.opts.Logger.Warn().Err(err).Msg("close env session")
+	}
+}
+
+// endSession drops the engine's state for the rollout (the builtin
+// engine's KV cache), as ortrain's own loop does.
+func (r *Runner) endSession(id string) {
+	ender, ok := r.gen.(engine.SessionEnder)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
+	defer cancel()
+	if err := ender.EndSession(ctx, id); err != nil {
+		r.opts.Logger.Warn().Err(err).Str("session", id).Msg("end engine session")
+	}
+}

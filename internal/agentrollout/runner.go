@@ -1,0 +1,163 @@
+// Package agentrollout plays rollouts with a user's own agent (the config's
+// agent: section) in place of ortrain's turn loop: for each rollout it opens
+// the env session, serves the policy to the agent as an OpenAI-compatible
+// API (package gateway) and the session's tools as an MCP server (package
+// envmcp) on one loopback listener, runs the agent (package agent), and
+// turns what the engine recorded into a rollout.Trajectory the trainer
+// trains on token for token.
+package agentrollout
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/agent"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/envmcp"
+	"github.com/ortrain/ortrain/internal/gateway"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// Options configure a Runner.
+type Options struct {
+	// Agent is what runs per rollout; its Timeout is the episode's.
+	Agent agent.Spec
+	// Gateway configures the API the agent calls. Sampler, WeightVersion
+	// and Logger are set by New; Defaults.ForceSampling should be on in
+	// training (the trainer explores with its own settings).
+	Gateway gateway.Options
+	// Listen is the address of the gateway and the MCP server
+	// (127.0.0.1:0 by default).
+	Listen string
+	// EnvNames name the envs (by task.Env) in the task handed to the agent.
+	EnvNames []string
+	// SystemPrompt, when set, is the first message of the task's prompt.
+	SystemPrompt   string
+	MaxConcurrency int
+	// CallTimeout bounds each env call ortrain makes itself (open, prompt,
+	// tools) and each tool call the agent makes through MCP; CloseTimeout
+	// bounds the cleanup after the agent ended.
+	CallTimeout, CloseTimeout time.Duration
+	Logger                    zerolog.Logger
+}
+
+// Runner plays rollouts with the agent. It implements the trainer's
+// rollout interface (RunAll) and must be closed.
+type Runner struct {
+	envs    []rollout.Opener
+	gen     engine.Generator
+	opts    Options
+	gw      *gateway.Gateway
+	mcp     *envmcp.Server
+	srv     *http.Server
+	base    string
+	prefix  string
+	seq     atomic.Int64
+	version atomic.Int64
+	served  chan error
+}
+
+// New starts the gateway and the MCP server on opts.Listen.
+func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, error) {
+	if err := opts.Agent.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.MaxConcurrency < 1 {
+		opts.MaxConcurrency = 1
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 2 * time.Minute
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 30 * time.Second
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:0"
+	}
+	r := &Runner{envs: envs, gen: gen, opts: opts, served: make(chan error, 1)}
+	gwOpts := opts.Gateway
+	gwOpts.Sampler = gen
+	gwOpts.WeightVersion = func() int { return int(r.version.Load()) }
+	gwOpts.Logger = opts.Logger.With().Str("component", "gateway").Logger()
+	gw, err := gateway.New(gwOpts)
+	if err != nil {
+		return nil, fmt.Errorf("agent gateway: %w", err)
+	}
+	r.gw = gw
+	r.mcp = envmcp.New(envmcp.Options{Logger: opts.Logger.With().Str("component", "mcp").Logger(), CallTimeout: opts.CallTimeout})
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("agent rollout ids: %w", err)
+	}
+	r.prefix = "r" + hex.EncodeToString(b[:])
+
+	mux := http.NewServeMux()
+	mux.Handle("/rollouts/", gw.Handler())
+	mux.Handle("/mcp/", r.mcp.Handler())
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("agent gateway: listen on %s (agent.listen): %w", opts.Listen, err)
+	}
+	r.base = "http://" + ln.Addr().String()
+	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	go func() { r.served <- r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// BaseURL is where the gateway and the MCP server listen.
+func (r *Runner) BaseURL() string { return r.base }
+
+// SetWeightVersion is the policy version the next calls are served with
+// (stamped on each recorded call).
+func (r *Runner) SetWeightVersion(v int) { r.version.Store(int64(v)) }
+
+// Close stops the listener, waiting up to CloseTimeout for calls in flight.
+func (r *Runner) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
+	defer cancel()
+	err := r.srv.Shutdown(ctx)
+	if serr := <-r.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// RunAll plays tasks, at most MaxConcurrency at once, and returns their
+// trajectories in task order; onDone (may be nil) sees each as it ends.
+func (r *Runner) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
+	out := make([]*rollout.Trajectory, len(tasks))
+	sem := make(chan struct{}, r.opts.MaxConcurrency)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i, task := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out[i] = &rollout.Trajectory{Task: task, Agent: true, Outcome: rollout.OutcomeCanceled, Err: ctx.Err()}
+				return
+			}
+			defer func() { <-sem }()
+			out[i] = r.Run(ctx, task)
+			if onDone != nil {
+				mu.Lock()
+				onDone(out[i])
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}

@@ -1,0 +1,61 @@
+package train
+
+import (
+	"io"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/agent"
+	"github.com/ortrain/ortrain/internal/agentrollout"
+	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/gateway"
+	"github.com/ortrain/ortrain/internal/rollout"
+)
+
+// newRollouts builds what plays the run's rollouts: ortrain's own turn
+// loop, or the user's agent (agent: section) through the gateway.
+func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (rolloutRunner, error) {
+	if !cfg.Agent.Enabled() {
+		return newRunner(cfg, envList, gen, chatSpec, log)
+	}
+	openers := make([]rollout.Opener, len(envList))
+	names := make([]string, len(envList))
+	for i, e := range envList {
+		openers[i], names[i] = e.Conn, e.Key
+	}
+	format := chat.FormatNone
+	if chatSpec.Format != nil {
+		format = *chatSpec.Format
+	}
+	g := cfg.GRPO
+	return agentrollout.New(openers, gen, agentrollout.Options{
+		Agent: agent.Spec{Command: cfg.Agent.Command, URL: cfg.Agent.URL, Timeout: cfg.Rollout.EpisodeTimeout, KillGrace: cfg.Agent.KillGrace},
+		Gateway: gateway.Options{
+			Model: cfg.Agent.ModelName, Tokenizer: chatSpec.Tokenizer, Template: chatSpec.Template, Kwargs: chatSpec.Kwargs, Format: format,
+			// Every call samples with the run's settings and at most the
+			// run's completion budget, whatever the agent asks for: the loss
+			// assumes the log-probs came from this sampler.
+			Defaults: gateway.Defaults{
+				MaxTokens: g.MaxCompletionLength, MaxTokensCap: g.MaxCompletionLength, ForceSampling: true,
+				Sampling: engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP},
+			},
+			CallTimeout: cfg.Engine.GenerateTimeout,
+		},
+		Listen:         cfg.Agent.Listen,
+		EnvNames:       names,
+		SystemPrompt:   cfg.Chat.SystemPrompt,
+		MaxConcurrency: cfg.Rollout.MaxConcurrency,
+		CallTimeout:    cfg.Rollout.CallTimeout,
+		Logger:         log.With().Str("component", "agent").Logger(),
+	})
+}
+
+// closeRollouts releases what newRollouts started (the agent gateway's
+// listener); ortrain's own runner holds nothing.
+func closeRollouts(r rolloutRunner) {
+	if c, ok := r.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
