@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/engine/serve"
 	"github.com/ortrain/ortrain/internal/vllm"
@@ -44,34 +47,57 @@ type ServeEngineOptions struct {
 	Threads   int
 	MaxBatch  int
 	WorkerLib string
+	// ToolCallFormat parses tool calls out of chat replies: "auto" detects
+	// it from the chat template, or a chat.ToolCallFormat name.
+	ToolCallFormat string
 }
 
 func newServeEngineCmd(deps *Deps, runF func(context.Context, *ServeEngineOptions) error) *cobra.Command {
 	opts := &ServeEngineOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve-engine [MODEL] [--model DIR] [--port P]",
-		Short: "Serve the builtin engine behind vLLM's HTTP API subset",
-		Long: `Serve a model with ortrain's builtin (libtorch worker) engine behind the part of
-vLLM's HTTP API that ortrain uses, with vLLM's JSON shapes:
+		Short: "Serve the builtin engine behind OpenAI's API and vLLM's token-id subset",
+		Long: `Serve a model with ortrain's builtin (libtorch worker) engine over HTTP, for two
+kinds of client at once.
 
-  GET  /health, /v1/models, /is_paused
-  POST /v1/completions          token-id prompts, return_token_ids, logprobs=0, n, seed, stop_token_ids
-  POST /pause, /resume          modes abort, wait, keep
+Any OpenAI client (base URL http://HOST:PORT/v1), with OpenAI's JSON shapes:
+
+  POST /v1/chat/completions     messages rendered with the model's chat template; tools
+                                (calls parsed in the model's format), streaming, usage, logprobs
+  POST /v1/completions          a text prompt: a string, or a list holding one string
+  GET  /v1/models
+
+Ortrain's vLLM path (supervisor, client, weight sync), with vLLM's JSON shapes:
+
+  GET  /health, /is_paused
+  POST /v1/completions          token-id prompts (a list of ints or of such lists):
+                                return_token_ids, logprobs=0, n, seed, stop_token_ids
+  POST /pause, /resume          modes abort, wait, keep (they hold chat requests too)
   POST /collective_rpc          method reload_weights, kwargs.weights_path (HF safetensors dir)
   POST /reset_prefix_cache
   POST /v1/load_lora_adapter, /v1/unload_lora_adapter   (with --enable-lora)
 
-It exists so the vLLM path (supervisor, client, weight sync) runs where vLLM is
-not installed: ` + "`ortrain serve-vllm --command \"ortrain serve-engine\"`" + ` launches and
-supervises it in place of ` + "`vllm serve`" + `. It accepts the vllm serve flags the
-supervisor passes; --tensor-parallel-size and --gpu-memory-utilization are
-accepted for that reason and do not change the results (it runs on --device).
-Log-probs are always processed_logprobs (after temperature and truncation).
-Text prompts, stop strings, streaming and penalties are refused with HTTP 400.
+"model" is the served name (--served-model-name) or a loaded adapter's name;
+any other name answers 404. Text and chat completions sample one choice
+(n=1) and need the model's tokenizer; the tool-call format is detected from
+the chat template unless --tool-call-format names it. A chat reply is
+sampled whole, then streamed as chunks.
+
+It exists so the vLLM path runs where vLLM is not installed:
+` + "`ortrain serve-vllm --command \"ortrain serve-engine\"`" + ` launches and supervises it in
+place of ` + "`vllm serve`" + `. It accepts the vllm serve flags the supervisor passes;
+--tensor-parallel-size and --gpu-memory-utilization are accepted for that
+reason and do not change the results (it runs on --device). Log-probs are
+always processed_logprobs (after temperature and truncation). Token-id
+completions refuse stop strings, streaming and penalties with HTTP 400.
 
 The listening URL is printed on stdout; logs go to stderr.`,
 		Example: `  ortrain init-model --preset tiny --out models/tiny
   ortrain serve-engine --model models/tiny --port 8100
+
+  # any OpenAI client
+  curl -s http://127.0.0.1:8100/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"models/tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":16}'
 
   # as vLLM would be launched by the supervisor
   ortrain serve-engine models/tiny --host 127.0.0.1 --port 8100 --enable-lora --max-lora-rank 16`,
@@ -117,6 +143,7 @@ The listening URL is printed on stdout; logs go to stderr.`,
 	f.StringVar(&opts.Device, "device", "cpu", "worker device: cpu, cuda, cuda:N")
 	f.IntVar(&opts.Threads, "threads", 0, "libtorch threads (0: libtorch's default)")
 	f.IntVar(&opts.MaxBatch, "max-batch", 64, "most requests merged into one sampling call")
+	f.StringVar(&opts.ToolCallFormat, "tool-call-format", "auto", "how the model writes tool calls: auto (detect from the chat template) or one of "+strings.Join(chat.ToolCallFormatNames(), ", "))
 	f.StringVar(&opts.WorkerLib, "worker-lib", "", "worker library path (default: search $ORTRAIN_WORKER_LIB, next to the binary, build/worker)")
 	return cmd
 }
@@ -135,6 +162,8 @@ func (o *ServeEngineOptions) validate() error {
 		return usageErrorf("--max-lora-rank %d must be at least 1", o.MaxLoRARank)
 	case o.MaxBatch < 1:
 		return usageErrorf("--max-batch %d must be at least 1", o.MaxBatch)
+	case o.ToolCallFormat != "auto" && !slices.Contains(chat.ToolCallFormatNames(), o.ToolCallFormat):
+		return usageErrorf("--tool-call-format %q: want auto or one of %s", o.ToolCallFormat, strings.Join(chat.ToolCallFormatNames(), ", "))
 	case o.APIKey == "" && !vllm.IsLoopback(o.Host):
 		return usageErrorf("--host %s is reachable beyond this machine: give an API key (VLLM_API_KEY or --api-key) so the control routes are not open, or bind to 127.0.0.1", o.Host)
 	}
@@ -161,6 +190,9 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	if so.MaxModelLen == 0 {
 		so.MaxModelLen = backend.MaxPositionEmbeddings()
 	}
+	if so.TextChat, err = textChat(backend, opts); err != nil {
+		return err
+	}
 	srv := serve.NewServer(backend, so)
 	defer srv.Close()
 	l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
@@ -168,10 +200,31 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 		return fmt.Errorf("listen on %s:%d (pick another --port): %w", opts.Host, opts.Port, err)
 	}
 	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
-	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", so.ModelName).Bool("lora", opts.EnableLoRA).Msg("Application startup complete.")
+	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", so.ModelName).Bool("lora", opts.EnableLoRA).
+		Bool("chat", so.TextChat != nil).Msg("Application startup complete.")
 	if err := serve.Run(ctx, l, srv); err != nil {
 		return err
 	}
 	opts.Logger.Info().Msg("stopped")
 	return nil
+}
+
+// textChat prepares text and chat completions from the model's tokenizer.
+// A model without one still serves token ids (the vLLM path needs no
+// more), with a warning; a tool-call format named on the command line
+// says chat is wanted, so there it is an error.
+func textChat(backend *serve.WorkerBackend, opts *ServeEngineOptions) (*serve.TextChat, error) {
+	tc, err := serve.NewTextChat(backend.Tokenizer(), opts.ToolCallFormat)
+	if err != nil {
+		if opts.ToolCallFormat != "auto" {
+			return nil, fmt.Errorf("--tool-call-format %s: text and chat completions need the tokenizer of %s: %w", opts.ToolCallFormat, opts.Model, err)
+		}
+		opts.Logger.Warn().Err(err).Msg("text and chat completions are off: serving token-id completions only")
+		return nil, nil
+	}
+	for _, w := range tc.Warnings {
+		opts.Logger.Warn().Msg(w)
+	}
+	opts.Logger.Info().Stringer("tool_call_format", tc.Format()).Msg("serving text and chat completions")
+	return tc, nil
 }

@@ -28,7 +28,8 @@ func TestServeEngineFlags(t *testing.T) {
 	cmd := newServeEngineCmd(deps, func(_ context.Context, o *ServeEngineOptions) error { got = o; return nil })
 	// The command line the supervisor builds for vllm serve.
 	cmd.SetArgs(strings.Fields("/models/tiny --host 127.0.0.1 --port 8100 --logprobs-mode processed_logprobs --generation-config vllm " +
-		"--tensor-parallel-size 1 --disable-uvicorn-access-log --gpu-memory-utilization 0.5 --max-model-len 512 --enable-lora --max-lora-rank 32 --max-loras 2"))
+		"--tensor-parallel-size 1 --disable-uvicorn-access-log --gpu-memory-utilization 0.5 --max-model-len 512 --enable-lora --max-lora-rank 32 --max-loras 2 " +
+		"--tool-call-format hermes"))
 	require.NoError(t, cmd.Execute())
 	require.NotNil(t, got)
 	assert.Equal(t, "/models/tiny", got.Model)
@@ -36,6 +37,13 @@ func TestServeEngineFlags(t *testing.T) {
 	assert.Equal(t, 512, got.MaxModelLen)
 	assert.True(t, got.EnableLoRA)
 	assert.Equal(t, 32, got.MaxLoRARank)
+	assert.Equal(t, "hermes", got.ToolCallFormat)
+
+	// The supervisor passes no tool-call flag: the format is detected.
+	cmd = newServeEngineCmd(deps, func(_ context.Context, o *ServeEngineOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"/models/tiny"})
+	require.NoError(t, cmd.Execute())
+	assert.Equal(t, "auto", got.ToolCallFormat)
 }
 
 func TestServeEngineUsageErrors(t *testing.T) {
@@ -50,6 +58,7 @@ func TestServeEngineUsageErrors(t *testing.T) {
 		{[]string{"serve-engine", "m", "--enable-lora", "--max-lora-rank", "0"}, "--max-lora-rank 0"},
 		{[]string{"serve-engine", "m", "--port", "70000"}, "is not a port"},
 		{[]string{"serve-engine", "m", "--host", "0.0.0.0"}, "--host 0.0.0.0 is reachable beyond this machine: give an API key"},
+		{[]string{"serve-engine", "m", "--tool-call-format", "yaml"}, `--tool-call-format "yaml": want auto or one of none, hermes`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -61,8 +70,9 @@ func TestServeEngineUsageErrors(t *testing.T) {
 }
 
 // TestServeEngineCommand serves the tiny model through the real worker:
-// the URL is printed on stdout, /v1/models and a completion answer, and an
-// interrupt stops it with exit code 0.
+// the URL is printed on stdout, /v1/models, a token-id completion, a text
+// completion and a chat completion answer, and an interrupt stops it with
+// exit code 0.
 func TestServeEngineCommand(t *testing.T) {
 	libPath, searched, err := worker.FindLibrary("", os.Getenv)
 	if err != nil {
@@ -108,6 +118,38 @@ func TestServeEngineCommand(t *testing.T) {
 	require.NoError(t, cr.Validate(2))
 	assert.Len(t, cr.Choices[0].TokenIDs, 5)
 	assert.NotEmpty(t, cr.Choices[0].Text, "text is decoded with the model's tokenizer")
+
+	// Any OpenAI client: a text prompt and a chat, sampled by the worker.
+	for _, tt := range []struct{ path, body, object string }{
+		{"/v1/completions", `{"model":"policy","prompt":"hello","max_tokens":4,"seed":1}`, "text_completion"},
+		{"/v1/chat/completions", `{"model":"policy","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"seed":1,"logprobs":true}`, "chat.completion"},
+	} {
+		resp, err := http.Post(url+tt.path, "application/json", strings.NewReader(tt.body))
+		require.NoError(t, err)
+		var reply struct {
+			Object  string `json:"object"`
+			Model   string `json:"model"`
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", tt.path, raw)
+		require.NoError(t, json.Unmarshal(raw, &reply), "%s", raw)
+		assert.Equal(t, tt.object, reply.Object)
+		assert.Equal(t, "policy", reply.Model)
+		require.Len(t, reply.Choices, 1)
+		assert.Contains(t, []string{"stop", "length", "tool_calls"}, reply.Choices[0].FinishReason)
+		assert.Positive(t, reply.Usage.PromptTokens)
+		assert.Positive(t, reply.Usage.CompletionTokens)
+		assert.LessOrEqual(t, reply.Usage.CompletionTokens, 4)
+	}
 
 	cancel()
 	select {

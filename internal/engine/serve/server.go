@@ -2,7 +2,9 @@
 // subset of vLLM's API ortrain uses, over a Backend that samples batches;
 // WorkerBackend is that backend over the libtorch worker, with LoRA adapters
 // swapped through one slot. It lets the vLLM engine path run and be tested
-// without vLLM.
+// without vLLM. With the model's tokenizer (Options.TextChat) it also
+// serves OpenAI's text and chat completions, tools and streaming included,
+// through package gateway, so any OpenAI client can talk to it.
 package serve
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/gateway"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -55,16 +58,21 @@ type Options struct {
 	// GET /health (vLLM's --api-key in the versions that guard all routes).
 	APIKey string
 	// Batch shapes request batching (MaxBatch, Linger, Timeout).
-	Batch  engine.BuiltinOptions
-	Logger zerolog.Logger
-	Now    func() time.Time
+	Batch engine.BuiltinOptions
+	// TextChat, when set, serves /v1/chat/completions and text prompts on
+	// /v1/completions; nil refuses both (token ids only).
+	TextChat *TextChat
+	Logger   zerolog.Logger
+	Now      func() time.Time
 }
 
 // Server serves the HTTP subset of vLLM that ortrain uses, with vLLM's JSON
 // shapes: /health, /v1/models, /v1/completions (token ids in and out,
 // sampler log-probs), /pause, /resume, /is_paused, /collective_rpc
-// reload_weights, /reset_prefix_cache and the LoRA adapter routes.
-// Concurrent completions are batched per adapter by an engine.Builtin.
+// reload_weights, /reset_prefix_cache and the LoRA adapter routes; and,
+// with Options.TextChat, OpenAI's /v1/chat/completions and text prompts on
+// /v1/completions (openai.go). Concurrent completions of every kind are
+// batched per adapter by an engine.Builtin.
 type Server struct {
 	backend Backend
 	opts    Options
@@ -74,6 +82,7 @@ type Server struct {
 	mu       sync.Mutex
 	adapters map[string]string // name -> path
 	batchers map[string]*engine.Builtin
+	gateways map[string]*gateway.Gateway // served model name -> its OpenAI API
 }
 
 // NewServer builds the server; Close stops its batchers.
@@ -82,10 +91,11 @@ func NewServer(b Backend, opts Options) *Server {
 		opts.Now = time.Now
 	}
 	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: vllm.NewPauseGate(),
-		adapters: map[string]string{}, batchers: map[string]*engine.Builtin{}}
+		adapters: map[string]string{}, batchers: map[string]*engine.Builtin{}, gateways: map[string]*gateway.Gateway{}}
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
-	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletionsDispatch)
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /pause", s.handlePause)
 	s.mux.HandleFunc("POST /resume", s.handleResume)
 	s.mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +118,13 @@ func NewServer(b Backend, opts Options) *Server {
 // framework does.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(r) {
+		if isOpenAIRoute(r.URL.Path) {
+			// OpenAI clients read {"error": {...}}; vLLM's bare string
+			// would reach their users as an unparsed body.
+			writeOpenAIError(w, &apiError{status: http.StatusUnauthorized, code: "invalid_api_key",
+				message: "Incorrect API key provided: send the server's API key as 'Authorization: Bearer <key>'."})
+			return
+		}
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
 		return
 	}
@@ -504,6 +521,7 @@ func (s *Server) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
 	delete(s.adapters, req.LoRAName)
 	b := s.batchers[req.LoRAName]
 	delete(s.batchers, req.LoRAName)
+	s.forgetGateway(req.LoRAName)
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoRAName))

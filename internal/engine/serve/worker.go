@@ -343,3 +343,7 @@ func (b *WorkerBackend) Detokenize(ids []int32) string {
 	}
 	return b.tok.Decode(ids, false)
 }
+
+// Tokenizer is the model's tokenizer (nil when the model directory has
+// none), for text and chat completions (NewTextChat).
+func (b *WorkerBackend) Tokenizer() *chat.Tokenizer { return b.tok }
