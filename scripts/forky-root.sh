@@ -86,11 +86,13 @@ marker=etc/ortrain-forky-root
 # wants libblas.so.3/liblapack.so.3: OpenBLAS (OpenMP flavour, the same
 # libgomp as libtorch) instead of the reference BLAS apt would pick.
 # ca-certificates: Go module downloads; git: the Makefile's version string.
+# python3-openai: the real `openai` client against ortrain's gateway and
+# serve-engine (the agent tests).
 packages=(
   libtorch-dev python3-torch
   python3-transformers python3-tokenizers python3-safetensors python3-jinja2
   python3-numpy g++ make binutils libgloo-dev libopenblas0-openmp
-  ca-certificates git
+  ca-certificates git python3-openai
 )
 # shellcheck disable=SC2206
 [[ -n ${ORTRAIN_FORKY_BASE_PACKAGES:-} ]] && packages=(${ORTRAIN_FORKY_BASE_PACKAGES})
@@ -313,6 +315,26 @@ EOF
   say "root ready at $root in $((SECONDS - t0)) s ($(du -sh --one-file-system "$root" | cut -f1))"
 }
 
+# add_missing_packages installs the listed packages a finished root (an
+# older one, or one unpacked from an older cache) lacks, so a package added
+# to the list reaches every root without rebuilding it.
+add_missing_packages() {
+  local missing=() p
+  for p in "${packages[@]}"; do
+    in_root "$root" -- dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  local t0=$SECONDS log=$root.apt.log
+  say "the root lacks ${missing[*]}: apt-get install (log: $log)"
+  if ! in_root "$root" -- /bin/sh -c "apt-get update && apt-get install -y ${missing[*]} && apt-get clean" >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    die "apt-get install ${missing[*]} failed"
+  fi
+  rm -rf "$root"/var/lib/apt/lists/* && mkdir -p "$root/var/lib/apt/lists/partial"
+  rm -f "$log"
+  say "installed ${missing[*]} in $((SECONDS - t0)) s"
+}
+
 unpack_cache() {
   local tmp=$root.new t0=$SECONDS
   remove_tree "$tmp"
@@ -328,7 +350,10 @@ unpack_cache() {
 
 create() {
   need_root
-  [[ -f $root/$marker ]] && return 0
+  if [[ -f $root/$marker ]]; then
+    add_missing_packages
+    return 0
+  fi
   [[ -e $root ]] && die "$root exists but is not a finished root; run: $0 delete"
   mkdir -p "$(dirname "$root")"
   if [[ -f $cache ]]; then

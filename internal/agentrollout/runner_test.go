@@ -2,6 +2,7 @@ package agentrollout
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -255,4 +256,33 @@ func TestKeyThiefIsBlamedNotItsVictim(t *testing.T) {
 		outcomes = append(outcomes, tr.Outcome)
 	}
 	assert.ElementsMatch(t, []rollout.Outcome{rollout.OutcomeAgentBadRequest, rollout.OutcomeDone}, outcomes)
+}
+
+// TestOpenAIClientAgent: an agent written with the real `openai` package
+// (non-streamed and streamed calls mixed) trains through the gateway
+// unchanged; its trajectory extends token for token. Skipped where the
+// package is missing, unless ORTRAIN_REQUIRE_OPENAI is set (CI's libtorch
+// 2.x lane installs Debian's python3-openai).
+func TestOpenAIClientAgent(t *testing.T) {
+	py := python(t)
+	if err := exec.Command(py, "-c", "import openai").Run(); err != nil {
+		if os.Getenv("ORTRAIN_REQUIRE_OPENAI") != "" {
+			t.Fatalf("ORTRAIN_REQUIRE_OPENAI is set but python3 cannot import openai: %v", err)
+		}
+		t.Skipf("the openai Python package is not installed (Debian: python3-openai): %v", err)
+	}
+	script, err := filepath.Abs("testdata/openai_agent.py")
+	require.NoError(t, err)
+	h := newHarness(t, "builtin:lockbox", "ors", agent.Spec{Command: []string{py, script}})
+	tr := h.runner.Run(context.Background(), rollout.Task{Split: "train", Index: 4})
+	require.Equal(t, rollout.OutcomeDone, tr.Outcome, "%v", tr.Err)
+	require.NotNil(t, tr.AgentReward)
+	assert.Equal(t, 0.75, *tr.AgentReward)
+	require.NotNil(t, tr.Rewards[len(tr.Rewards)-1])
+	assert.Equal(t, 1.0, *tr.Rewards[len(tr.Rewards)-1])
+	calls := h.model.recorded()
+	require.Len(t, calls, 3)
+	assert.Zero(t, tr.PrefixBreaks, "the client's messages re-render to the sampled ids")
+	last := calls[2]
+	assert.Equal(t, append(slices.Clone(last.req.PromptIDs), last.res.IDs...), tr.Tokens)
 }
