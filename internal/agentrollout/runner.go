@@ -32,8 +32,9 @@ import (
 type Options struct {
 	// Agent is what runs per rollout; its Timeout is the episode's.
 	Agent agent.Spec
-	// Gateway configures the API the agent calls. Sampler, WeightVersion
-	// and Logger are set by New; Defaults.ForceSampling should be on in
+	// Gateway configures the API the agent calls. Sampler and Logger are
+	// set by New (each rollout's calls are stamped with its task's
+	// Version); Defaults.ForceSampling should be on in
 	// training (the trainer explores with its own settings).
 	Gateway gateway.Options
 	// Listen is the address of the gateway and the MCP server
@@ -63,7 +64,6 @@ type Runner struct {
 	base    string
 	prefix  string
 	seq     atomic.Int64
-	version atomic.Int64
 	served  chan error
 }
 
@@ -87,7 +87,6 @@ func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, er
 	r := &Runner{envs: envs, gen: gen, opts: opts, served: make(chan error, 1)}
 	gwOpts := opts.Gateway
 	gwOpts.Sampler = gen
-	gwOpts.WeightVersion = func() int { return int(r.version.Load()) }
 	gwOpts.Logger = opts.Logger.With().Str("component", "gateway").Logger()
 	gw, err := gateway.New(gwOpts)
 	if err != nil {
@@ -116,10 +115,6 @@ func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, er
 
 // BaseURL is where the gateway and the MCP server listen.
 func (r *Runner) BaseURL() string { return r.base }
-
-// SetWeightVersion is the policy version the next calls are served with
-// (stamped on each recorded call).
-func (r *Runner) SetWeightVersion(v int) { r.version.Store(int64(v)) }
 
 // Close stops the listener, waiting up to CloseTimeout for calls in flight.
 func (r *Runner) Close() error {

@@ -145,8 +145,7 @@ func TestToolAgentTrajectoryIsTheEnginesTokens(t *testing.T) {
 	for _, protocol := range []string{"ors", "openenv"} {
 		t.Run(protocol, func(t *testing.T) {
 			h := newHarness(t, "builtin:lockbox", protocol, agent.Spec{Command: toolAgent(t)})
-			h.runner.SetWeightVersion(3)
-			tr := h.runner.Run(context.Background(), rollout.Task{Split: "train", Index: 5})
+			tr := h.runner.Run(context.Background(), rollout.Task{Split: "train", Index: 5, Version: 3})
 			require.Equal(t, rollout.OutcomeDone, tr.Outcome, "%v", tr.Err)
 			assert.True(t, tr.Agent)
 			require.NotNil(t, tr.AgentReward)

@@ -16,8 +16,9 @@ type AgentConfig struct {
 	// Command is run once per rollout (argv, no shell), in a fresh
 	// temporary directory and its own process group, with OPENAI_BASE_URL,
 	// OPENAI_API_KEY, ORTRAIN_MODEL, ORTRAIN_TASK and ORTRAIN_MCP_URL set.
-	// Relative paths among its arguments that exist are made absolute when
-	// the config loads, since the agent does not run in ortrain's directory.
+	// Relative paths among its arguments that name existing files are made
+	// absolute when the run starts, since the agent does not run in
+	// ortrain's directory.
 	Command []string `mapstructure:"command"`
 	// URL is an HTTP agent service instead: ortrain POSTs the same facts as
 	// JSON per rollout and reads {"reward": ...} back.
@@ -55,8 +56,6 @@ func (c *Config) validateAgent() error {
 		return bad("agent.model_name", a.ModelName, "the model id the agent sends, e.g. ortrain-policy")
 	case !(a.KillGrace > 0):
 		return bad("agent.kill_grace", a.KillGrace, "a positive duration such as 5s")
-	case c.Async.MaxOffPolicySteps > 0:
-		return bad("async.max_off_policy_steps", c.Async.MaxOffPolicySteps, "0 with agent rollouts (their calls are on-policy for now)")
 	case len(c.Envs) == 0:
 		return bad("envs", "[]", "at least one env: an agent's tasks come from an env")
 	}

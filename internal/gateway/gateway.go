@@ -135,6 +135,32 @@ type rollout struct {
 	rec    *Recorder // nil: nothing is recorded
 	ctx    context.Context
 	cancel context.CancelCauseFunc // nil for the single tenant
+	// version, when set, is stamped on every call (OpenFor); values is
+	// the context whose values generation sees (nil: the request's only).
+	version *int
+	values  context.Context
+}
+
+// generationContext is ctx (a request's: its deadline and cancellation)
+// that also answers Value from the rollout's values context, so the
+// engine sees what the trainer put there (the sampler version).
+func (ro *rollout) generationContext(ctx context.Context) context.Context {
+	if ro.values == nil {
+		return ctx
+	}
+	return valuesContext{Context: ctx, values: ro.values}
+}
+
+type valuesContext struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesContext) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 // New checks the options and builds the gateway.
@@ -211,16 +237,29 @@ func (g *Gateway) Handler() http.Handler { return g.mux }
 func RolloutPath(id string) string { return "/rollouts/" + id + "/v1" }
 
 // Open starts a rollout: its calls are served under RolloutPath(id) with
-// the returned key and recorded in the returned Recorder.
+// the returned key and recorded in the returned Recorder, each stamped with
+// Options.WeightVersion at dispatch.
 func (g *Gateway) Open(id string) (key string, rec *Recorder, err error) {
+	return g.open(context.Background(), id, nil)
+}
+
+// OpenFor starts a rollout served by one policy version: its calls are
+// stamped with version, and generate under a context that carries ctx's
+// values (not its cancellation), so an engine that keeps several weight
+// versions (async rounds) samples the rollout with the version ctx names.
+func (g *Gateway) OpenFor(ctx context.Context, id string, version int) (key string, rec *Recorder, err error) {
+	return g.open(context.WithoutCancel(ctx), id, &version)
+}
+
+func (g *Gateway) open(values context.Context, id string, version *int) (key string, rec *Recorder, err error) {
 	if !validRolloutID(id) {
 		return "", nil, fmt.Errorf("%w %q: use 1 to 128 characters from A-Z a-z 0-9 . _ - ~", ErrInvalidRolloutID, id)
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
 	key = "sk-ortrain-" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithCancelCause(context.Background())
-	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel}
+	ctx, cancel := context.WithCancelCause(values)
+	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.rollouts[id]; ok {

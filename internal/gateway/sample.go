@@ -158,8 +158,11 @@ func (g *Gateway) sample(ctx context.Context, ro *rollout, spec sampleSpec) (sam
 		out.seq = ro.rec.dispatch()
 	}
 	out.version = g.weightVersion()
+	if ro.version != nil {
+		out.version = *ro.version
+	}
 	out.start = g.opts.Now()
-	genCtx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	genCtx, cancel := context.WithTimeout(ro.generationContext(ctx), g.opts.CallTimeout)
 	defer cancel()
 	res, err := g.opts.Sampler.Generate(genCtx, engine.Request{
 		PromptIDs: spec.promptIDs, MaxTokens: spec.maxTokens, Sampling: spec.sampling,

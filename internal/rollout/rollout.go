@@ -263,6 +263,9 @@ type Task struct {
 	// Seed makes the episode's sampling reproducible; 0 derives one from
 	// the runner's seed and the task's position.
 	Seed int64
+	// Version is the policy version the rollout samples with (the round's),
+	// stamped on each model call an agent makes.
+	Version int
 }
 
 // classify maps an error from the env or the engine to an outcome.

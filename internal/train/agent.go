@@ -2,6 +2,9 @@ package train
 
 import (
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -31,7 +34,7 @@ func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, ch
 	}
 	g := cfg.GRPO
 	return agentrollout.New(openers, gen, agentrollout.Options{
-		Agent: agent.Spec{Command: cfg.Agent.Command, URL: cfg.Agent.URL, Timeout: cfg.Rollout.EpisodeTimeout, KillGrace: cfg.Agent.KillGrace},
+		Agent: agent.Spec{Command: absoluteArgs(cfg.Agent.Command), URL: cfg.Agent.URL, Timeout: cfg.Rollout.EpisodeTimeout, KillGrace: cfg.Agent.KillGrace},
 		Gateway: gateway.Options{
 			Model: cfg.Agent.ModelName, Tokenizer: chatSpec.Tokenizer, Template: chatSpec.Template, Kwargs: chatSpec.Kwargs, Format: format,
 			// Every call samples with the run's settings and at most the
@@ -58,4 +61,23 @@ func closeRollouts(r rolloutRunner) {
 	if c, ok := r.(io.Closer); ok {
 		_ = c.Close()
 	}
+}
+
+// absoluteArgs makes the relative arguments that name existing files
+// absolute: the agent runs in its own temporary directory, so
+// [python3, agents/my_agent.py] would not find its script there.
+func absoluteArgs(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = a
+		if a == "" || filepath.IsAbs(a) || strings.HasPrefix(a, "-") {
+			continue
+		}
+		if _, err := os.Stat(a); err == nil {
+			if abs, err := filepath.Abs(a); err == nil {
+				out[i] = abs
+			}
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,16 @@ import (
 // loss covers only sampled tokens with the engine's log-probs, the agent's
 // reward is scored, and forks are reported.
 func TestAgentRolloutsTrain(t *testing.T) {
+	for _, async := range []int{0, 1} {
+		t.Run(fmt.Sprintf("max_off_policy_steps=%d", async), func(t *testing.T) { testAgentRolloutsTrain(t, async) })
+	}
+}
+
+// testAgentRolloutsTrain runs it synchronously (async 0) or with rounds a
+// step ahead of training (async 1: each rollout's calls are served by the
+// round's sampler copy and stamped with its version; stale groups, forks
+// included, are dropped).
+func testAgentRolloutsTrain(t *testing.T, async int) {
 	requireWorker(t)
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -31,7 +42,8 @@ func TestAgentRolloutsTrain(t *testing.T) {
 	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "run")
-	cfg := quickstart(t, out, 2)
+	cfg := quickstart(t, out, 3)
+	cfg.Async.MaxOffPolicySteps = async
 	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
 	cfg.Chat.FinalAnswerTool = ""
 	cfg.Chat.RenderTools = true
@@ -50,13 +62,13 @@ func TestAgentRolloutsTrain(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	metrics := readMetrics(t, out)
-	require.Len(t, metrics, 2)
+	require.Len(t, metrics, 3)
 	for _, m := range metrics {
 		assert.Contains(t, m, "agent/prefix_breaks")
 		assert.Contains(t, m, "rewards/agent/mean")
 		assert.False(t, math.IsNaN(m["loss"]))
 	}
-	require.Len(t, trajs, 2*cfg.GRPO.PerDeviceTrainBatchSize)
+	require.GreaterOrEqual(t, len(trajs), 3*cfg.GRPO.PerDeviceTrainBatchSize)
 	for _, tr := range trajs {
 		require.True(t, tr.Agent)
 		require.False(t, tr.Outcome.Failed(), "%s: %v", tr.Outcome, tr.Err)
@@ -82,4 +94,14 @@ func TestAgentRolloutsTrain(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAbsoluteArgs: relative arguments naming existing files become
+// absolute (the agent runs elsewhere); programs on PATH, flags and other
+// words stay as written.
+func TestAbsoluteArgs(t *testing.T) {
+	abs, err := filepath.Abs("agent.go")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"python3", abs, "-v", "no-such-file", "/bin/sh"},
+		absoluteArgs([]string{"python3", "agent.go", "-v", "no-such-file", "/bin/sh"}))
 }

@@ -449,9 +449,12 @@ type genRound struct {
 	// Versions is, per row, the oldest policy version used across the
 	// rollout's turns (rounds are generated with one version each).
 	Versions []int
-	Rows     []grpo.Row
-	Stats    roundStats
-	Records  [][]byte
+	// Groups is, per row, its GRPO group (nil: g consecutive rows each):
+	// set when agents' forks add rows after the samples' own.
+	Groups  []int
+	Rows    []grpo.Row
+	Stats   roundStats
+	Records [][]byte
 }
 
 // roundStats are a round's contributions to its step's metrics.
@@ -487,13 +490,11 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 		tasks = append(tasks, rollout.Task{
 			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
 			// Every rollout of every round samples with its own seed.
-			Seed: seeds(l.cfg.Seed).rollout(job.Round, i),
+			Seed:    seeds(l.cfg.Seed).rollout(job.Round, i),
+			Version: job.Version,
 		})
 	}
 	gr := &genRound{Round: job.Round, Version: job.Version}
-	if v, ok := l.rollouts.(interface{ SetWeightVersion(int) }); ok {
-		v.SetWeightVersion(job.Version) // stamped on each call an agent makes
-	}
 	t0 := time.Now()
 	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
 	rolloutTime := time.Since(t0)
@@ -535,6 +536,9 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 	gr.Versions = make([]int, len(gr.Rows))
 	for i := range gr.Versions {
 		gr.Versions[i] = job.Version
+	}
+	if len(gr.Rows) > len(samples) {
+		gr.Groups = forkGroups(samples, l.cfg.Shape.G)
 	}
 	gr.Stats.Round = grpo.ComputeRoundMetrics(samples, adv)
 	for i, rec := range part.Records {
@@ -587,7 +591,7 @@ func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) e
 		}
 	}
 	if l.async() {
-		st := dropStale(rows, gr.Versions, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)
+		st := dropStale(rows, gr.Versions, gr.Groups, l.cfg.Shape.G, l.step, l.cfg.MaxOffPolicySteps)
 		m.Staleness = m.Staleness.add(st)
 		l.roundStaleness = &st
 	}
@@ -762,4 +766,20 @@ func firstFailure(trajs []*rollout.Trajectory) string {
 		}
 	}
 	return "no error recorded"
+}
+
+// forkGroups is each row's GRPO group in the order grpo.BuildRows lays
+// rows out: the samples' own rows (g consecutive per group), then each
+// sample's forks.
+func forkGroups(samples []grpo.Sample, g int) []int {
+	groups := make([]int, len(samples))
+	for i := range samples {
+		groups[i] = i / g
+	}
+	for i, s := range samples {
+		for range s.Forks {
+			groups = append(groups, i/g)
+		}
+	}
+	return groups
 }

@@ -69,29 +69,36 @@ func (s staleness) add(o staleness) staleness {
 	return staleness{Sum: s.Sum + o.Sum, Count: s.Count + o.Count, Max: max(s.Max, o.Max), Dropped: s.Dropped + o.Dropped}
 }
 
-// dropStale masks every group (g consecutive rows) that holds a sample
-// generated more than maxOff versions before now: a group's advantages are
-// relative to each other, so a group is kept or dropped whole, by its
-// oldest sample. It returns the round's staleness and how many samples it
-// dropped.
-func dropStale(rows []grpo.Row, versions []int, g, now, maxOff int) staleness {
-	var st staleness
-	for start := 0; start+g <= len(rows); start += g {
-		oldest := now
-		for _, v := range versions[start : start+g] {
-			oldest = min(oldest, v)
+// dropStale masks every group that holds a sample generated more than
+// maxOff versions before now: a group's advantages are relative to each
+// other, so a group is kept or dropped whole, by its oldest sample. Row i
+// is in group groups[i], or i/g when groups is nil (no forks: a round's
+// groups are g consecutive rows). It returns the round's staleness and
+// how many rows it dropped.
+func dropStale(rows []grpo.Row, versions, groups []int, g, now, maxOff int) staleness {
+	group := func(i int) int {
+		if groups != nil {
+			return groups[i]
 		}
-		stale := now-oldest > maxOff
-		for i := start; i < start+g; i++ {
-			age := now - versions[i]
-			st.Sum += age
-			st.Count++
-			st.Max = max(st.Max, age)
-			if stale {
-				rows[i].LossMask = make([]uint8, len(rows[i].LossMask))
-				rows[i].Advantage = 0
-				st.Dropped++
-			}
+		return i / g
+	}
+	oldest := map[int]int{}
+	for i := range rows {
+		k := group(i)
+		if v, ok := oldest[k]; !ok || versions[i] < v {
+			oldest[k] = versions[i]
+		}
+	}
+	var st staleness
+	for i := range rows {
+		age := now - versions[i]
+		st.Sum += age
+		st.Count++
+		st.Max = max(st.Max, age)
+		if now-oldest[group(i)] > maxOff {
+			rows[i].LossMask = make([]uint8, len(rows[i].LossMask))
+			rows[i].Advantage = 0
+			st.Dropped++
 		}
 	}
 	return st

@@ -362,6 +362,23 @@ func TestAsyncGenerationOverlapsTraining(t *testing.T) {
 
 // TestDropStale: a group is dropped whole when any of its samples is more
 // than N versions old; the rest is left as it was.
+// TestDropStaleDropsForksWithTheirGroup: an agent's fork (a row after the
+// samples' own) is dropped with its group and kept with it.
+func TestDropStaleDropsForksWithTheirGroup(t *testing.T) {
+	samples := []grpo.Sample{{}, {Forks: []grpo.Fork{{}}}, {}, {}}
+	groups := forkGroups(samples, 2)
+	assert.Equal(t, []int{0, 0, 1, 1, 0}, groups)
+	rows := make([]grpo.Row, 5)
+	for i := range rows {
+		rows[i] = grpo.Row{Tokens: []int32{1, 2}, PromptLen: 1, LossMask: []uint8{1}, Advantage: 1}
+	}
+	st := dropStale(rows, []int{1, 3, 3, 3, 1}, groups, 2, 4, 1)
+	assert.Equal(t, 3, st.Dropped, "group 0: its two rows and the fork")
+	for i, want := range []uint8{0, 0, 1, 1, 0} {
+		assert.Equal(t, []uint8{want}, rows[i].LossMask, "row %d", i)
+	}
+}
+
 func TestDropStale(t *testing.T) {
 	rows := func(n int) []grpo.Row {
 		out := make([]grpo.Row, n)
@@ -385,7 +402,7 @@ func TestDropStale(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rows(len(tc.versions))
-			got := dropStale(r, tc.versions, 2, tc.now, tc.maxOff)
+			got := dropStale(r, tc.versions, nil, 2, tc.now, tc.maxOff)
 			assert.Equal(t, tc.want, got)
 			for i, kept := range tc.wantKept {
 				if kept {
