@@ -55,16 +55,16 @@ type Options struct {
 // Runner plays rollouts with the agent. It implements the trainer's
 // rollout interface (RunAll) and must be closed.
 type Runner struct {
-	envs    []rollout.Opener
-	gen     engine.Generator
-	opts    Options
-	gw      *gateway.Gateway
-	mcp     *envmcp.Server
-	srv     *http.Server
-	base    string
-	prefix  string
-	seq     atomic.Int64
-	served  chan error
+	envs   []rollout.Opener
+	gen    engine.Generator
+	opts   Options
+	gw     *gateway.Gateway
+	mcp    *envmcp.Server
+	srv    *http.Server
+	base   string
+	prefix string
+	seq    atomic.Int64
+	served chan error
 }
 
 // New starts the gateway and the MCP server on opts.Listen.
