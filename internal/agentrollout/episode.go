@@ -25,6 +25,9 @@ type agentTask struct {
 	Env      string        `json:"env"`
 	Split    string        `json:"split"`
 	Index    int           `json:"index"`
+	// Spec is the task as the env lists it (ORS task, OpenEnv reset
+	// kwargs); absent when the env cannot list it.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 type taskMessage struct {
@@ -87,7 +90,9 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 		return tr
 	}
 	ep := r.mcp.Attach(id, key, sess, tools)
-	taskJSON, err := json.Marshal(r.agentTask(task, prompt, tools))
+	at := r.agentTask(task, prompt, tools)
+	at.Spec = r.taskSpec(ctx, task)
+	taskJSON, err := json.Marshal(at)
 	if err != nil {
 		r.mcp.Detach(id)
 		r.gw.Close(id)
@@ -141,6 +146,25 @@ func (r *Runner) agentTask(task rollout.Task, prompt string, tools []envtarget.T
 		at.Tools = append(at.Tools, taskTool{Type: "function", Function: taskFunction{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
 	return at
+}
+
+// taskSpec is the task's spec as its env lists it, or nil when the env
+// cannot list tasks (the agent then gets the prompt and tools only).
+func (r *Runner) taskSpec(ctx context.Context, task rollout.Task) json.RawMessage {
+	lister, ok := r.envs[task.Env].(interface {
+		Describe(context.Context, envtarget.Query) (*envtarget.Listing, error)
+	})
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
+	defer cancel()
+	l, err := lister.Describe(cctx, envtarget.Query{Split: task.Split, Indices: []int{task.Index}})
+	if err != nil || len(l.Tasks) != 1 {
+		r.opts.Logger.Debug().Err(err).Int("task", task.Index).Msg("no task spec for the agent")
+		return nil
+	}
+	return l.Tasks[0].Spec
 }
 
 // fill turns what the gateway and the MCP server recorded into the

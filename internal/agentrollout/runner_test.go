@@ -2,6 +2,7 @@ package agentrollout
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -284,4 +285,42 @@ func TestOpenAIClientAgent(t *testing.T) {
 	assert.Zero(t, tr.PrefixBreaks, "the client's messages re-render to the sampled ids")
 	last := calls[2]
 	assert.Equal(t, append(slices.Clone(last.req.PromptIDs), last.res.IDs...), tr.Tokens)
+}
+
+// TestAgentTask: ORTRAIN_TASK holds the prompt as messages, the session's
+// tools in OpenAI's shape, where the task comes from and its spec as the
+// env lists it.
+func TestAgentTask(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "task.json")
+	h := newHarness(t, "builtin:lockbox", "ors", agent.Spec{Command: []string{"/bin/sh", "-c", `printf '%s' "$ORTRAIN_TASK" > "$0"`, out}})
+	tr := h.runner.Run(context.Background(), rollout.Task{Split: "train", Index: 3})
+	require.Equal(t, rollout.OutcomeAgentNoCalls, tr.Outcome)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var task struct {
+		Messages []map[string]string `json:"messages"`
+		Tools    []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+		Env   string          `json:"env"`
+		Split string          `json:"split"`
+		Index int             `json:"index"`
+		Spec  json.RawMessage `json:"spec"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &task), string(raw))
+	require.Len(t, task.Messages, 1)
+	assert.Equal(t, "user", task.Messages[0]["role"])
+	assert.Equal(t, "Open the envelope, then unlock the box with the code inside.", task.Messages[0]["content"])
+	require.Len(t, task.Tools, 2)
+	assert.Equal(t, "function", task.Tools[0].Type)
+	assert.Equal(t, "open_envelope", task.Tools[0].Function.Name)
+	assert.JSONEq(t, `{"properties":{"code":{"type":"string"}},"required":["code"],"type":"object"}`, string(task.Tools[1].Function.Parameters))
+	assert.Equal(t, "lockbox", task.Env)
+	assert.Equal(t, "train", task.Split)
+	assert.Equal(t, 3, task.Index)
+	assert.Contains(t, string(task.Spec), `"id":"lockbox-3"`)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -104,4 +105,54 @@ func TestAbsoluteArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"python3", abs, "-v", "no-such-file", "/bin/sh"},
 		absoluteArgs([]string{"python3", "agent.go", "-v", "no-such-file", "/bin/sh"}))
+}
+
+// TestMisbehavingAgentsDoNotStopTheRun: among a run's agents one crashes,
+// one hangs past the episode timeout, one reaches into a neighbour's
+// endpoint with its own key and one rewrites its history; the run
+// completes, each misbehaving rollout is classified and masked, the forks
+// are counted and trained.
+func TestMisbehavingAgentsDoNotStopTheRun(t *testing.T) {
+	requireWorker(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 2)
+	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
+	cfg.Chat.FinalAnswerTool = ""
+	cfg.GRPO.SaveSteps = 0
+	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 4
+	cfg.Rollout.EpisodeTimeout = 3 * time.Second
+	cfg.Rollout.MaxFailureFraction = 0.75
+	cfg.Agent.KillGrace = 200 * time.Millisecond
+	// The rollout's number picks the behaviour: 1 crash, 2 hang, 3 steal,
+	// then every rollout of the second step rewrites its history.
+	cfg.Agent.Command = []string{"/bin/sh", "-c", `n=${ORTRAIN_ROLLOUT_ID##*-}
+case $n in
+1) kill -SEGV $$ ;;
+2) sleep 60 ;;
+3) AGENT_STEAL=1 exec "$0" "$1" ;;
+[5-8]) AGENT_REWRITE=1 exec "$0" "$1" ;;
+*) exec "$0" "$1" ;;
+esac`, py, script}
+	require.NoError(t, cfg.Validate())
+	var mu sync.Mutex
+	outcomes := map[rollout.Outcome]int{}
+	_, err = Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" },
+		OnRollout: func(tr *rollout.Trajectory) {
+			mu.Lock()
+			outcomes[tr.Outcome]++
+			mu.Unlock()
+		}})
+	require.NoError(t, err, "the run completes")
+	assert.Equal(t, 1, outcomes[rollout.OutcomeAgentError], "%v", outcomes)
+	assert.Equal(t, 1, outcomes[rollout.OutcomeAgentTimeout], "%v", outcomes)
+	assert.GreaterOrEqual(t, outcomes[rollout.OutcomeAgentBadRequest], 1, "%v", outcomes)
+	metrics := readMetrics(t, out)
+	require.Len(t, metrics, 2)
+	assert.Equal(t, 4.0, metrics[1]["agent/prefix_breaks"], "each rollout of step 2 rewrote its history once")
 }
