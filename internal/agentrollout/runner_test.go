@@ -324,3 +324,27 @@ func TestAgentTask(t *testing.T) {
 	assert.Equal(t, 3, task.Index)
 	assert.Contains(t, string(task.Spec), `"id":"lockbox-3"`)
 }
+
+// TestREADMEAgent runs the complete standard-library agent the README
+// shows (section "Bring your own agent"), so the documentation stays a
+// working agent: over MCP it opens the envelope and unlocks the box.
+func TestREADMEAgent(t *testing.T) {
+	py := python(t)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	text := string(readme)
+	at := strings.Index(text, "A complete agent with Python's standard library only")
+	require.GreaterOrEqual(t, at, 0, "the README's agent section")
+	start := strings.Index(text[at:], "```python\n")
+	require.GreaterOrEqual(t, start, 0)
+	code := text[at+start+len("```python\n"):]
+	code = code[:strings.Index(code, "```")]
+	script := filepath.Join(t.TempDir(), "agent.py")
+	require.NoError(t, os.WriteFile(script, []byte(code), 0o644))
+	h := newHarness(t, "builtin:lockbox", "openenv", agent.Spec{Command: []string{py, script}})
+	tr := h.runner.Run(context.Background(), rollout.Task{Split: "train", Index: 6})
+	require.Equal(t, rollout.OutcomeDone, tr.Outcome, "%v", tr.Err)
+	require.NotNil(t, tr.Rewards[len(tr.Rewards)-1])
+	assert.Equal(t, 1.0, *tr.Rewards[len(tr.Rewards)-1])
+	assert.Zero(t, tr.PrefixBreaks)
+}
