@@ -1,8 +1,10 @@
 package train
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -22,6 +24,14 @@ import (
 func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (rolloutRunner, error) {
 	if !cfg.Agent.Enabled() {
 		return newRunner(cfg, envList, gen, chatSpec, log)
+	}
+	if len(cfg.Agent.Command) > 0 {
+		// Every rollout would fail agent_error for a program that is not
+		// there: say so once, before the run.
+		if _, err := exec.LookPath(cfg.Agent.Command[0]); err != nil {
+			return nil, &config.FieldError{Field: "agent.command", Value: cfg.Agent.Command,
+				Allowed: fmt.Sprintf("a program on PATH or the path of an executable (%v)", err)}
+		}
 	}
 	openers := make([]rollout.Opener, len(envList))
 	names := make([]string, len(envList))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -155,4 +156,71 @@ esac`, py, script}
 	metrics := readMetrics(t, out)
 	require.Len(t, metrics, 2)
 	assert.Equal(t, 4.0, metrics[1]["agent/prefix_breaks"], "each rollout of step 2 rewrote its history once")
+}
+
+// TestAgentRolloutsOnVLLMReplicas: agents served from the vLLM path (two
+// `ortrain serve-engine` replicas standing in for vLLM): every call of a
+// rollout goes to one replica (its session key is the rollout), the run
+// trains and pushes its weights to the replicas.
+func TestAgentRolloutsOnVLLMReplicas(t *testing.T) {
+	requireWorker(t)
+	if testing.Short() {
+		t.Skip("builds ortrain and launches two replicas")
+	}
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "ortrain")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, dir, 2)
+	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
+	cfg.Chat.FinalAnswerTool = ""
+	cfg.GRPO.SaveSteps = 0
+	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 8
+	cfg.Agent.Command = []string{py, script}
+	cfg.Engine.Kind = "vllm"
+	cfg.Engine.VLLMReplicas = 2
+	cfg.Engine.VLLMCommand = []string{"ortrain", "serve-engine", "--threads", "1"}
+	require.NoError(t, cfg.Validate())
+	var mu sync.Mutex
+	failed := 0
+	_, err = Run(context.Background(), cfg, RunOptions{
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Getenv: os.Getenv,
+		Executable: bin, Environ: os.Environ(),
+		OnRollout: func(tr *rollout.Trajectory) {
+			mu.Lock()
+			if tr.Outcome.Failed() {
+				failed++
+			}
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	assert.Zero(t, failed)
+	metrics := readMetrics(t, dir)
+	require.Len(t, metrics, 2)
+	for _, m := range metrics {
+		assert.Zero(t, m["router/moved_sessions"], "a rollout's calls stay on its replica")
+		assert.Less(t, m["router/max_replica_share"], 1.0, "both replicas serve")
+		assert.Contains(t, m, "time/sync")
+	}
+}
+
+// TestAgentCommandMustExist: a program that is not there stops the run
+// before it starts, naming agent.command.
+func TestAgentCommandMustExist(t *testing.T) {
+	requireWorker(t)
+	out := filepath.Join(t.TempDir(), "run")
+	cfg := quickstart(t, out, 1)
+	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
+	cfg.Chat.FinalAnswerTool = ""
+	cfg.Agent.Command = []string{"no-such-agent-program", "x.py"}
+	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }})
+	var fe *config.FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "agent.command", fe.Field)
 }
