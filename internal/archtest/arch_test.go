@@ -61,8 +61,10 @@ var allowed = map[string][]string{
 	"internal/grpo":       {},
 	"internal/jsonschema": {},
 	"internal/launch":     {"internal/childproc"},
-	"internal/model":      {},
-	"internal/openenv":    {"internal/backoff"},
+	// this process's resident memory and its peak, from /proc.
+	"internal/memstat": {},
+	"internal/model":   {},
+	"internal/openenv": {"internal/backoff"},
 	// the OpenEnv kit also serves orsserver envs over OpenEnv (one Go env, both standards).
 	"internal/openenv/openenvserver": {"internal/openenv", "internal/ors", "internal/ors/orsserver"},
 	"internal/ors":                   {"internal/backoff"},
@@ -77,7 +79,7 @@ var allowed = map[string][]string{
 	"internal/smoke":    {"internal/config", "internal/envtarget", "internal/jsonschema", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
 	"internal/tfevents": {},
 	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
-		"internal/launch", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
+		"internal/launch", "internal/memstat", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/verdict":            {},
 	"internal/vllm":               {"internal/backoff", "internal/childproc"},
 	"internal/worker":             {"internal/grpo", "internal/model"},

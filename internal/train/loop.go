@@ -131,6 +131,8 @@ type stepLoop struct {
 	roundStaleness *staleness
 	// launched is the policy version whose rounds were launched last.
 	launched int
+	// footprintLogged: the policy's memory was logged after a step.
+	footprintLogged bool
 
 	// Hooks for the CLI: metrics sink, trajectory sink, progress.
 	OnMetrics     func(StepMetrics)
@@ -329,6 +331,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		return m, err
 	}
 	stats, gn := out.Stats, out.GradNorm
+	if wp, ok := l.policy.(*workerPolicy); ok && !l.footprintLogged {
+		// Gradients and the AdamW state exist once a step has run.
+		logFootprint(l.log, wp.m, "after the first step")
+		l.footprintLogged = true
+	}
 	l.step++
 	l.commit()
 	syncCtx := ctx

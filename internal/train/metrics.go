@@ -37,6 +37,9 @@ type StepMetrics struct {
 	// AssistantTurns are the sampled turns of the step's rollouts: with
 	// FormatErrors, the share of turns whose tool calls parsed.
 	AssistantTurns int
+	// PeakRSS is the most resident memory the process held during the
+	// step's micro-steps and optimizer (0 where procfs cannot tell).
+	PeakRSS int64
 	// AgentRollouts and PrefixBreaks: rollouts played by a user's agent,
 	// and the history rewrites among them (each one more trained row).
 	AgentRollouts, PrefixBreaks int
@@ -163,6 +166,9 @@ func (m StepMetrics) Map() map[string]float64 {
 	}
 	if m.AssistantTurns > 0 {
 		out["tools/parse_rate"] = 1 - float64(m.FormatErrors)/float64(m.AssistantTurns)
+	}
+	if m.PeakRSS > 0 {
+		out["memory/peak_rss_bytes"] = float64(m.PeakRSS)
 	}
 	if m.AgentRollouts > 0 {
 		out["agent/prefix_breaks"] = float64(m.PrefixBreaks)

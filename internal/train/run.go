@@ -251,6 +251,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log
 	}
 	loopCfg.Rewards = st.rewards
 	loop := newStepLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
+	logFootprint(log, st.policy.m, "start")
 	if plan.resumeDir == "" {
 		return loop, nil
 	}

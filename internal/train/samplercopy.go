@@ -1,19 +1,16 @@
 package train
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/memstat"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -187,16 +184,9 @@ func (s *samplerCopy) Close() error {
 
 // residentBytes is the process's resident set size (0 where /proc is absent).
 func residentBytes() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+	st, err := memstat.Self().Read()
 	if err != nil {
 		return 0
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if f := bytes.Fields(sc.Bytes()); len(f) >= 2 && string(f[0]) == "VmRSS:" {
-			kb, _ := strconv.ParseInt(string(f[1]), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return st.RSS
 }

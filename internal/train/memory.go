@@ -1,0 +1,86 @@
+package train
+
+import (
+	"github.com/rs/zerolog"
+
+	"github.com/ortrain/ortrain/internal/memstat"
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// measurePeakRSS starts a new peak of the process's resident memory; the
+// function it returns stores the peak since then in m (nothing where
+// procfs cannot tell: the metric is left out, never reported as 0).
+func measurePeakRSS(m *StepMetrics) func() {
+	files := memstat.Self()
+	if files.ResetPeak() != nil {
+		return func() {}
+	}
+	return func() {
+		if s, err := files.Read(); err == nil {
+			m.PeakRSS = max(m.PeakRSS, s.PeakRSS)
+		}
+	}
+}
+
+// footprint is what a policy holds for training, by kind, in bytes.
+type footprint struct {
+	Params, Grads, Optimizer int64
+}
+
+// tensorLister is the worker model's view of its tensors.
+type tensorLister interface {
+	Tensors(kind worker.TensorKind) ([]worker.TensorInfo, error)
+}
+
+// policyFootprint adds up the worker's tensors: the weights (and LoRA
+// adapters), the gradients and the AdamW state it holds now (the last two
+// are allocated by the first step).
+func policyFootprint(m tensorLister) (footprint, error) {
+	var f footprint
+	sum := func(kind worker.TensorKind) (int64, error) {
+		ts, err := m.Tensors(kind)
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, t := range ts {
+			n += tensorBytes(t)
+		}
+		return n, nil
+	}
+	var err error
+	if f.Params, err = sum(worker.KindWeight); err != nil {
+		return f, err
+	}
+	lora, err := sum(worker.KindLoRA)
+	if err != nil {
+		return f, err
+	}
+	f.Params += lora
+	if f.Grads, err = sum(worker.KindGrad); err != nil {
+		return f, err
+	}
+	if f.Optimizer, err = sum(worker.KindOptim); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func tensorBytes(t worker.TensorInfo) int64 {
+	n := int64(t.DType.Size())
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// logFootprint reports the policy's memory by kind (each rank its own).
+func logFootprint(log zerolog.Logger, m tensorLister, when string) {
+	f, err := policyFootprint(m)
+	if err != nil {
+		log.Debug().Err(err).Msg("policy memory")
+		return
+	}
+	log.Info().Str("when", when).Int64("params_bytes", f.Params).Int64("grads_bytes", f.Grads).
+		Int64("optimizer_bytes", f.Optimizer).Msg("policy memory")
+}
