@@ -112,7 +112,7 @@ func stepMetrics(t *testing.T, runDir string) []map[string]float64 {
 		var m map[string]float64
 		require.NoError(t, json.Unmarshal(line, &m))
 		for k := range m {
-			if strings.HasPrefix(k, "time/") || k == "step_time" {
+			if strings.HasPrefix(k, "time/") || strings.HasPrefix(k, "memory/") || k == "step_time" {
 				delete(m, k)
 			}
 		}

@@ -252,7 +252,7 @@ func collectMetrics(loop *stepLoop) *[]map[string]float64 {
 	loop.OnMetrics = func(m StepMetrics) {
 		mm := m.Map()
 		for k := range mm {
-			if strings.HasPrefix(k, "time/") || k == "step_time" {
+			if strings.HasPrefix(k, "time/") || strings.HasPrefix(k, "memory/") || k == "step_time" {
 				delete(mm, k)
 			}
 		}
