@@ -25,13 +25,8 @@ func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, ch
 	if !cfg.Agent.Enabled() {
 		return newRunner(cfg, envList, gen, chatSpec, log)
 	}
-	if len(cfg.Agent.Command) > 0 {
-		// Every rollout would fail agent_error for a program that is not
-		// there: say so once, before the run.
-		if _, err := exec.LookPath(cfg.Agent.Command[0]); err != nil {
-			return nil, &config.FieldError{Field: "agent.command", Value: cfg.Agent.Command,
-				Allowed: fmt.Sprintf("a program on PATH or the path of an executable (%v)", err)}
-		}
+	if err := checkAgent(cfg); err != nil {
+		return nil, err
 	}
 	openers := make([]rollout.Opener, len(envList))
 	names := make([]string, len(envList))
@@ -90,4 +85,18 @@ func absoluteArgs(argv []string) []string {
 		}
 	}
 	return out
+}
+
+// checkAgent refuses an agent program that is not there: every rollout
+// would otherwise fail agent_error; it is said once, before the run (and
+// by --dry-run).
+func checkAgent(cfg *config.Config) error {
+	if len(cfg.Agent.Command) == 0 {
+		return nil
+	}
+	if _, err := exec.LookPath(cfg.Agent.Command[0]); err != nil {
+		return &config.FieldError{Field: "agent.command", Value: cfg.Agent.Command,
+			Allowed: fmt.Sprintf("a program on PATH or the path of an executable (%v)", err)}
+	}
+	return nil
 }

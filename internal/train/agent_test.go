@@ -220,8 +220,12 @@ func TestAgentCommandMustExist(t *testing.T) {
 	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
 	cfg.Chat.FinalAnswerTool = ""
 	cfg.Agent.Command = []string{"no-such-agent-program", "x.py"}
-	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }})
+	ro := RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }}
+	_, err := Run(context.Background(), cfg, ro)
 	var fe *config.FieldError
 	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "agent.command", fe.Field)
+	err = Check(context.Background(), cfg, ro, func(string, string) {})
+	require.ErrorAs(t, err, &fe, "--dry-run says so too")
 	assert.Equal(t, "agent.command", fe.Field)
 }

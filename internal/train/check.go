@@ -66,6 +66,15 @@ func Check(ctx context.Context, cfg *config.Config, ro RunOptions, report func(p
 	if err := checkVLLM(cfg, ro); err != nil {
 		return err
 	}
+	if err := checkAgent(cfg); err != nil {
+		return err
+	}
+	switch {
+	case cfg.Agent.URL != "":
+		report("agent", cfg.Agent.URL)
+	case cfg.Agent.Enabled():
+		report("agent", strings.Join(absoluteArgs(cfg.Agent.Command), " "))
+	}
 	lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.Getenv, zerolog.Nop())
 	if err != nil {
 		return err
