@@ -298,7 +298,12 @@ type WorkerConfig struct {
 	Device  string `mapstructure:"device"` // cpu, cuda, cuda:N
 	DType   string `mapstructure:"dtype"`  // float32, bfloat16, float16
 	Threads int    `mapstructure:"threads"`
-	GPUs    []int  `mapstructure:"gpus"`
+	// PackTokens > 0 packs each micro-batch's rows into sequences of at
+	// most this many tokens (TRL's padding_free with a token budget: each
+	// row attends only to itself, log-probs unchanged) instead of padding
+	// every row to the longest; 0 pads.
+	PackTokens int   `mapstructure:"pack_tokens"`
+	GPUs       []int `mapstructure:"gpus"`
 	// StepTimeout bounds the forward/backward pass of one micro-batch.
 	StepTimeout time.Duration `mapstructure:"step_timeout"`
 	// LogprobTimeout bounds one log-prob pass (old or reference policy).

@@ -134,6 +134,9 @@ func (c *Config) validateEnvs() error {
 }
 
 func (c *Config) validateRuntime() error {
+	if n := c.Worker.PackTokens; n < 0 {
+		return bad("worker.pack_tokens", n, "0 (pad each row) or a token budget per packed sequence, e.g. 4096")
+	}
 	if n := c.Async.MaxOffPolicySteps; n < 0 {
 		return bad("async.max_off_policy_steps", n, "0 (synchronous) or a positive number of optimizer steps")
 	}

@@ -65,6 +65,8 @@ type stepLoopConfig struct {
 	// Deadlines of the worker's phases: one micro-batch's forward and
 	// backward, one log-prob pass, one optimizer step (0: none).
 	StepTimeout, LogprobTimeout, OptimizerTimeout time.Duration
+	// PackTokens is worker.pack_tokens (the padding saved is reported).
+	PackTokens int
 	// Rewards scores every rollout (the env's rewards alone by default).
 	Rewards *reward.Set
 	// MaxFailedToolSteps stops the run after this many consecutive steps in
@@ -409,7 +411,8 @@ func (l *stepLoop) NextMicroBatch(ctx context.Context, m *StepMetrics) (grpo.Mic
 
 // phases are the step settings runOptimizerStep needs.
 func (l *stepLoop) phases() stepPhases {
-	return stepPhases{GA: l.cfg.Shape.GA, Loss: l.cfg.Loss, StepTimeout: l.cfg.StepTimeout, OptimizerTimeout: l.cfg.OptimizerTimeout}
+	return stepPhases{GA: l.cfg.Shape.GA, Loss: l.cfg.Loss, StepTimeout: l.cfg.StepTimeout, OptimizerTimeout: l.cfg.OptimizerTimeout,
+		PackTokens: l.cfg.PackTokens}
 }
 
 // withDeadline runs f under its own deadline (none when d is 0); a worker

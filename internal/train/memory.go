@@ -3,6 +3,7 @@ package train
 import (
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/memstat"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -83,4 +84,17 @@ func logFootprint(log zerolog.Logger, m tensorLister, when string) {
 	}
 	log.Info().Str("when", when).Int64("params_bytes", f.Params).Int64("grads_bytes", f.Grads).
 		Int64("optimizer_bytes", f.Optimizer).Msg("policy memory")
+}
+
+// addPacking counts the positions the micro-batch's forward pass computes
+// packed into sequences of at most budget tokens (worker.PackRows, the
+// layout the worker uses) against padded row by row.
+func (m *StepMetrics) addPacking(rows []grpo.Row, budget int) {
+	lengths := make([]int, len(rows))
+	for i, r := range rows {
+		lengths[i] = len(r.Tokens)
+	}
+	p := worker.PackRows(lengths, budget)
+	m.PaddedPositions += p.PaddedPositions
+	m.PackedPositions += p.Positions
 }

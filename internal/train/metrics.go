@@ -37,6 +37,10 @@ type StepMetrics struct {
 	// AssistantTurns are the sampled turns of the step's rollouts: with
 	// FormatErrors, the share of turns whose tool calls parsed.
 	AssistantTurns int
+	// PaddedPositions and PackedPositions (worker.pack_tokens): the token
+	// positions the step's micro-batches would compute padded row by row,
+	// and those they computed packed.
+	PaddedPositions, PackedPositions int
 	// PeakRSS is the most resident memory the process held during the
 	// step's micro-steps and optimizer (0 where procfs cannot tell).
 	PeakRSS int64
@@ -166,6 +170,11 @@ func (m StepMetrics) Map() map[string]float64 {
 	}
 	if m.AssistantTurns > 0 {
 		out["tools/parse_rate"] = 1 - float64(m.FormatErrors)/float64(m.AssistantTurns)
+	}
+	if m.PackedPositions > 0 {
+		out["packing/padded_positions"] = float64(m.PaddedPositions)
+		out["packing/packed_positions"] = float64(m.PackedPositions)
+		out["packing/padding_saved"] = float64(m.PaddedPositions - m.PackedPositions)
 	}
 	if m.PeakRSS > 0 {
 		out["memory/peak_rss_bytes"] = float64(m.PeakRSS)

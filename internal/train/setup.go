@@ -277,6 +277,7 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
 		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed, Trajectories: cfg.Logging.LogCompletions,
 		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,
+		PackTokens:         cfg.Worker.PackTokens,
 		MaxFailedToolSteps: cfg.Rollout.MaxFailedToolSteps,
 		// Sampler log-probs from another engine, or from older weights,
 		// reweight the loss (TIS/MIS).
@@ -301,7 +302,8 @@ func modelOptions(cfg *config.Config, modelDir string, reference bool) worker.Mo
 	g := cfg.GRPO
 	opts := worker.ModelOptions{
 		Dir: modelDir, ChatTemplatePath: cfg.Chat.TemplatePath, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
-		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
+		PackTokens: cfg.Worker.PackTokens,
+		Reference:  reference, GradientCheckpointing: g.GradientCheckpointing,
 		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
 	}
 	if opts.Threads == 0 {

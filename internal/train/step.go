@@ -86,6 +86,9 @@ type stepPhases struct {
 	GA                            int
 	Loss                          grpo.LossConfig
 	StepTimeout, OptimizerTimeout time.Duration
+	// PackTokens is worker.pack_tokens: the step reports the padding that
+	// packing its micro-batches saved.
+	PackTokens int
 }
 
 // stepOutcome is what one optimizer step produced.
@@ -109,6 +112,9 @@ func runOptimizerStep(ctx context.Context, p trainPolicy, src BatchSource, red g
 			return out, err
 		}
 		mb = red.local(mb)
+		if ph.PackTokens > 0 {
+			m.addPacking(mb.Rows, ph.PackTokens)
+		}
 		t0 := time.Now()
 		var st worker.LossStats
 		err = withDeadline(ctx, ph.StepTimeout, func(c context.Context) (err error) {

@@ -64,7 +64,7 @@ type TrainerOptions struct {
 func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ *Trainer, err error) {
 	ro := to.RunOptions
 	t := &Trainer{cfg: cfg, ro: ro, phases: stepPhases{GA: to.GA, Loss: to.Loss,
-		StepTimeout: cfg.Worker.StepTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout}}
+		StepTimeout: cfg.Worker.StepTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout, PackTokens: cfg.Worker.PackTokens}}
 	if ro.rank0() {
 		if err := checkFreshRunDir(cfg.OutputDir, ro); err != nil {
 			return nil, err

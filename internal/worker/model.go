@@ -66,6 +66,10 @@ type ModelOptions struct {
 	// ChatTemplatePath, when set, is the chat template saved models carry
 	// as chat_template.jinja instead of Dir's (chat.template_path).
 	ChatTemplatePath string
+	// PackTokens > 0 packs the rows of every training and log-prob batch
+	// into sequences of at most this many tokens (padding-free, PackRows)
+	// instead of padding each row to the longest; 0 pads.
+	PackTokens int
 	// Device is "cpu" (default), "cuda" or "cuda:N".
 	Device string
 	// DType is float32 (default on CPU), bfloat16, float16 or float64; empty

@@ -51,7 +51,7 @@ type StepStats struct {
 var ErrEmptyBatch = errors.New("empty batch: no rows")
 
 // cBatch copies rows into a C ort_batch.
-func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum int) (*C.ort_batch, error) {
+func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum, packTokens int) (*C.ort_batch, error) {
 	if len(rows) == 0 {
 		return nil, ErrEmptyBatch
 	}
@@ -111,6 +111,16 @@ func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum int) (*C.
 	b.tokens, b.token_off, b.comp_off = (*C.int32_t)(tokp), (*C.int64_t)(toffp), (*C.int64_t)(coffp)
 	b.prompt_len, b.loss_mask, b.advantages = (*C.int32_t)(plenp), (*C.uint8_t)(maskp), (*C.float)(advp)
 	b.round_tokens, b.grad_accum = C.double(roundTokens), C.int32_t(gradAccum)
+	if packTokens > 0 {
+		lengths := make([]int, len(rows))
+		for i, r := range rows {
+			lengths[i] = len(r.Tokens)
+		}
+		seq := PackRows(lengths, packTokens).Seq
+		sp, s := carray[int32](ar, len(rows))
+		copy(s, seq)
+		b.pack_seq = (*C.int32_t)(sp)
+	}
 	return b, nil
 }
 
@@ -172,7 +182,7 @@ func (m *Model) logprobsInto(ctx context.Context, rows []grpo.Row, temperature f
 	defer unlock()
 	var ar arena
 	defer ar.free()
-	b, err := cBatch(&ar, rows, 1, 1)
+	b, err := cBatch(&ar, rows, 1, 1, m.opts.PackTokens)
 	if err != nil {
 		return fmt.Errorf("logprobs: %w", err)
 	}
@@ -214,7 +224,7 @@ func (m *Model) loss(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfi
 	defer unlock()
 	var ar arena
 	defer ar.free()
-	b, err := cBatch(&ar, mb.Rows, mb.RoundTokens, mb.GradAccumSteps)
+	b, err := cBatch(&ar, mb.Rows, mb.RoundTokens, mb.GradAccumSteps, m.opts.PackTokens)
 	if err != nil {
 		return LossStats{}, fmt.Errorf("forward/backward: %w", err)
 	}

@@ -199,7 +199,7 @@ struct Decoder {
       }
       auto x = at::tensor(ids, lo).view({R, L}).to(m->device);
       auto ps = at::tensor(pos, lo).view({R, L}).to(m->device);
-      auto out = forward(*m, m->view, true, x, ps, &view, cancel);
+      auto out = forward(*m, m->view, true, x, ps, at::Tensor(), &view, cancel);
       for (int64_t r = 0; r < R; r++) {
         const int64_t last = fresh[r] - 1;
         if (last >= c0 && last < c1) h[first + r].copy_(out[r][last - c0]);
@@ -380,7 +380,7 @@ struct Decoder {
     next_tok.resize(live);
     auto x = at::tensor(next_tok, lo).view({live, 1}).to(m->device);
     auto ps = at::tensor(pos, lo).view({live, 1}).to(m->device);
-    auto out = forward(*m, m->view, true, x, ps, &view, cancel);
+    auto out = forward(*m, m->view, true, x, ps, at::Tensor(), &view, cancel);
     h.narrow(0, 0, live).copy_(out.view({live, m->arch.hidden_size}));
     for (int64_t i = 0; i < live; i++) rows[i].tokens.push_back(static_cast<int32_t>(next_tok[i]));
     return static_cast<int32_t>(n);

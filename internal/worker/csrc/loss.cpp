@@ -1,6 +1,7 @@
 // loss.cpp: token log-probs (chunked over the vocab projection) and the GRPO
 // losses of grpo-reference.md §4. Shapes: B rows, T = longest completion,
 // N = completion tokens in the batch, V vocab, H hidden.
+#include <algorithm>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -135,19 +136,52 @@ Batch decode_batch(const Model& m, const ort_batch* b) {
     bt.T = std::max(bt.T, len - P);
     bt.comp_len.push_back(len - P);
   }
-  std::vector<int64_t> ids(bt.B * bt.L, 0);
+  // Where each row starts: its own right-padded sequence, or (packed) its
+  // sequence and offset after the rows placed there before it.
+  int64_t S = bt.B;
+  std::vector<int64_t> seq_of(bt.B), off_of(bt.B, 0);
+  for (int64_t i = 0; i < bt.B; i++) seq_of[i] = i;
+  if (b->pack_seq != nullptr) {
+    S = 0;
+    std::vector<int64_t> fill;
+    for (int64_t i = 0; i < bt.B; i++) {
+      const int64_t s = b->pack_seq[i];
+      if (s < 0 || s >= bt.B) {
+        throw std::runtime_error("row " + std::to_string(i) + ": packed sequence " + std::to_string(s) +
+                                 " must be in [0, " + std::to_string(bt.B) + ")");
+      }
+      if (s >= S) {
+        S = s + 1;
+        fill.resize(S, 0);
+      }
+      seq_of[i] = s;
+      off_of[i] = fill[s];
+      fill[s] += b->token_off[i + 1] - b->token_off[i];
+    }
+    bt.L = *std::max_element(fill.begin(), fill.end());
+  }
+  std::vector<int64_t> ids(S * bt.L, 0), pos, seg;
+  if (b->pack_seq != nullptr) {
+    pos.assign(S * bt.L, 0);
+    seg.assign(S * bt.L, -1);
+  }
   for (int64_t i = 0; i < bt.B; i++) {
     const int32_t* t = b->tokens + b->token_off[i];
     const int64_t len = b->token_off[i + 1] - b->token_off[i], P = b->prompt_len[i];
+    const int64_t at0 = seq_of[i] * bt.L + off_of[i];
     for (int64_t j = 0; j < len; j++) {
       if (t[j] < 0 || t[j] >= V) {
         throw std::runtime_error("row " + std::to_string(i) + " token " + std::to_string(j) + ": id " +
                                  std::to_string(t[j]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
       }
-      ids[i * bt.L + j] = t[j];
+      ids[at0 + j] = t[j];
+      if (!pos.empty()) {
+        pos[at0 + j] = j;
+        seg[at0 + j] = i;
+      }
     }
     for (int64_t j = P; j < len; j++) {
-      gather.push_back(i * bt.L + j - 1);
+      gather.push_back(at0 + j - 1);
       targets.push_back(t[j]);
       rows.push_back(i);
       cols.push_back(j - P);
@@ -155,8 +189,13 @@ Batch decode_batch(const Model& m, const ort_batch* b) {
   }
   auto lo = at::TensorOptions().dtype(at::kLong);
   auto vec = [&](std::vector<int64_t>& v) { return at::tensor(v, lo).to(m.device); };
-  bt.ids = at::tensor(ids, lo).view({bt.B, bt.L}).to(m.device);
-  bt.pos = at::arange(bt.L, lo).view({1, bt.L}).expand({bt.B, bt.L}).contiguous().to(m.device);
+  bt.ids = at::tensor(ids, lo).view({S, bt.L}).to(m.device);
+  if (b->pack_seq != nullptr) {
+    bt.pos = at::tensor(pos, lo).view({S, bt.L}).to(m.device);
+    bt.seg = at::tensor(seg, lo).view({S, bt.L}).to(m.device);
+  } else {
+    bt.pos = at::arange(bt.L, lo).view({1, bt.L}).expand({bt.B, bt.L}).contiguous().to(m.device);
+  }
   bt.gather_idx = vec(gather);
   bt.targets = vec(targets);
   bt.row_idx = vec(rows);
@@ -169,8 +208,8 @@ namespace {
 // completion_hidden runs the decoder and returns the final hidden state
 // predicting each completion token, [N, H].
 at::Tensor completion_hidden(Model& m, const Batch& bt, const Weights& w, bool lora_on, const volatile int32_t* cancel) {
-  auto h = forward(m, w, lora_on, bt.ids, bt.pos, nullptr, cancel);
-  auto hs = h.reshape({bt.B * bt.L, h.size(-1)}).index_select(0, bt.gather_idx);
+  auto h = forward(m, w, lora_on, bt.ids, bt.pos, bt.seg, nullptr, cancel);
+  auto hs = h.reshape({-1, h.size(-1)}).index_select(0, bt.gather_idx);
   check_cancel(cancel);
   return hs;
 }

@@ -320,6 +320,9 @@ struct LayerCtx {
   const LayerW* w;
   bool lora_on;
   at::Tensor cos, sin_rot, pos;  // [B, 1, L, hd] (rope_tables)
+  // seg [B, L] (packed training batches only): the row each position
+  // belongs to; a query sees only keys of its own row.
+  at::Tensor seg;
   KVCache* cache;
   int layer;
   // allowed [B, 1, L, Lk] says which keys each query sees: causal by
@@ -333,6 +336,7 @@ struct LayerCtx {
 static void attention_masks(LayerCtx& c, const at::Tensor& key_pos, at::ScalarType acc) {
   const int64_t B = c.pos.size(0), L = c.pos.size(1), Lk = key_pos.size(1);
   c.allowed = key_pos.view({B, 1, 1, Lk}).le(c.pos.view({B, 1, L, 1}));
+  if (c.seg.defined()) c.allowed = c.allowed.logical_and(c.seg.view({B, 1, 1, Lk}).eq(c.seg.view({B, 1, L, 1})));
   c.bias = at::zeros({B, 1, 1, L, Lk}, c.pos.options().dtype(acc))
                .masked_fill(c.allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
 }
@@ -371,7 +375,9 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   auto heads = [&](const at::Tensor& t) {
     return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
   };
-  auto out = c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
+  auto out = c.cache == nullptr && c.seg.defined()
+                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false)
+             : c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
              : c.allowed.defined()
                  ? at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false)
                  : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
@@ -410,7 +416,7 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
     ctx->saved_data["w"] = reinterpret_cast<int64_t>(c->w);
     ctx->saved_data["lora"] = c->lora_on;
     ctx->saved_data["gen"] = c->m->gen.clone();
-    ctx->save_for_backward({x, c->cos, c->sin_rot, c->pos, c->allowed, c->bias});
+    ctx->save_for_backward({x, c->cos, c->sin_rot, c->pos, c->allowed, c->bias, c->seg});
     (void)params;
     at::NoGradGuard ng;
     return {layer_forward(*c, x)};
@@ -420,7 +426,7 @@ struct LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
     auto saved = ctx->get_saved_variables();
     auto& m = *reinterpret_cast<Model*>(ctx->saved_data["m"].toInt());
     const auto* w = reinterpret_cast<const LayerW*>(ctx->saved_data["w"].toInt());
-    LayerCtx c{&m, w, ctx->saved_data["lora"].toBool(), saved[1], saved[2], saved[3], nullptr, 0, saved[4], saved[5]};
+    LayerCtx c{&m, w, ctx->saved_data["lora"].toBool(), saved[1], saved[2], saved[3], saved[6], nullptr, 0, saved[4], saved[5]};
     auto x = saved[0].detach().set_requires_grad(true);
     auto live_gen = m.gen;
     m.gen = ctx->saved_data["gen"].toGenerator();
@@ -489,7 +495,7 @@ static at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& ids) 
   return EmbeddingLookup::apply(weight, ids);
 }
 
-at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
+at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg,
                    KVCache* cache, const volatile int32_t* cancel) {
   auto x = embed_tokens(w.embed, ids);
   const int64_t B = pos.size(0), L = pos.size(1), hd = m.arch.head_dim;
@@ -500,7 +506,7 @@ at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& i
   rope_tables(m, std::max<int64_t>(Lk, 1));
   auto rows = pos.reshape({-1});
   LayerCtx c{&m, nullptr, lora_on, m.rope_cos.index_select(0, rows).view({B, 1, L, hd}),
-             m.rope_sin_rot.index_select(0, rows).view({B, 1, L, hd}), pos, cache, 0, {}, {}};
+             m.rope_sin_rot.index_select(0, rows).view({B, 1, L, hd}), pos, seg, cache, 0, {}, {}};
   if (cache == nullptr || !cache->all_keys) {
     attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
                     acc_dtype(m));

@@ -103,7 +103,7 @@ void finalize(Model& m);
 // it writes keys/values at those positions and attends over the cache.
 // Positions are below the cache's length (without one: 0..L-1).
 // Returns the final-normed hidden states [B, L, H].
-at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos,
+at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg,
                    KVCache* cache, const volatile int32_t* cancel);
 at::Tensor lm_head(const Weights& w);
 at::ScalarType acc_dtype(const Model& m);  // fp64 for fp64 models, else fp32
@@ -215,7 +215,8 @@ std::vector<at::Tensor> chunked_logprobs(const at::Tensor& h, const at::Tensor& 
 // Batch is a decoded ort_batch on the model's device.
 struct Batch {
   int64_t B = 0, L = 0, T = 0;
-  at::Tensor ids, pos;        // [B, L] long, right-padded
+  at::Tensor ids, pos;        // [S, L] long, right-padded (S = B unless packed)
+  at::Tensor seg;             // [S, L] long when packed: the row of each position, -1 for padding
   at::Tensor gather_idx;      // [N] flat index into B*L of the hidden predicting each completion token
   at::Tensor targets;         // [N] completion token ids
   at::Tensor row_idx, col_idx;  // [N] position of each completion token in [B, T]

@@ -61,7 +61,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
   auto lo = at::TensorOptions().dtype(at::kLong);
   auto x = at::tensor(ids, lo).view({n, P}).to(m.device);
   auto pos = at::arange(P, lo).view({1, P}).expand({n, P}).contiguous().to(m.device);
-  auto h = forward(m, m.view, true, x, pos, &cache, cancel);
+  auto h = forward(m, m.view, true, x, pos, at::Tensor(), &cache, cancel);
   h = h.reshape({n * P, a.hidden_size}).index_select(0, at::tensor(last, lo).to(m.device));
   const auto acc = acc_dtype(m);
   std::vector<RowSampling> rs(n);
@@ -101,7 +101,7 @@ void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_resu
     if (all_done) break;
     auto xs = at::tensor(next, lo).view({n, 1}).to(m.device);
     auto ps = at::tensor(next_pos, lo).view({n, 1}).to(m.device);
-    h = forward(m, m.view, true, xs, ps, &cache, cancel).view({n, a.hidden_size});
+    h = forward(m, m.view, true, xs, ps, at::Tensor(), &cache, cancel).view({n, a.hidden_size});
   }
 }
 

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 7
+#define ORT_ABI_VERSION 8
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -137,6 +137,11 @@ typedef struct {
   const float *advantages;
   double round_tokens;
   int32_t grad_accum;
+  /* Padding-free packing: per row, the packed sequence it is placed in
+   * (0-based; a sequence's rows in row order, each attending only to
+   * itself, positions restarting at 0). NULL = each row its own sequence,
+   * right-padded to the longest. */
+  const int32_t *pack_seq;
 } ort_batch;
 
 /* Mirrors grpo.LossConfig. */
