@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/config"
@@ -350,6 +351,12 @@ func (r *runner) step(ctx context.Context) (map[string]float64, error) {
 		"trained_tokens":      active,
 		"step_time":           elapsed,
 		"tokens_per_second":   float64(tokens) / math.Max(elapsed, 1e-9),
+	}
+	// Measurements of the machine and the layout, as run reports them.
+	for k, v := range sm.Map() {
+		if strings.HasPrefix(k, "packing/") || strings.HasPrefix(k, "memory/") {
+			m[k] = v
+		}
 	}
 	return m, nil
 }
