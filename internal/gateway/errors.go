@@ -46,6 +46,17 @@ type errorInfo struct {
 	Code    *string `json:"code"`
 }
 
+// WriteError answers with OpenAI's error JSON {"error": {"message",
+// "type", "param", "code"}} ("" type is invalid_request_error, "" param and
+// code are null), for servers beside the gateway (serve-engine's dispatch)
+// that must fail the way the gateway does.
+func WriteError(w http.ResponseWriter, status int, typ, param, code, message string) {
+	if typ == "" {
+		typ = "invalid_request_error"
+	}
+	writeError(w, &apiError{status: status, typ: typ, param: param, code: code, message: message})
+}
+
 func writeError(w http.ResponseWriter, e *apiError) {
 	info := errorInfo{Message: e.message, Type: e.typ}
 	if e.param != "" {

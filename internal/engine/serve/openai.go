@@ -364,27 +364,6 @@ func badRequest(param, msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, param: param, message: msg}
 }
 
-type openAIErrorBody struct {
-	Error openAIErrorInfo `json:"error"`
-}
-
-type openAIErrorInfo struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 func writeOpenAIError(w http.ResponseWriter, e *apiError) {
-	info := openAIErrorInfo{Message: e.message, Type: e.typ}
-	if info.Type == "" {
-		info.Type = "invalid_request_error"
-	}
-	if e.param != "" {
-		info.Param = &e.param
-	}
-	if e.code != "" {
-		info.Code = &e.code
-	}
-	writeJSON(w, e.status, openAIErrorBody{Error: info})
+	gateway.WriteError(w, e.status, e.typ, e.param, e.code, e.message)
 }

@@ -143,6 +143,19 @@ func (cs *chatServer) send(t testing.TB, path, body, token string) *http.Respons
 	return resp
 }
 
+// openAIErrorBody and openAIErrorInfo are OpenAI's error JSON as a client
+// reads it.
+type openAIErrorBody struct {
+	Error openAIErrorInfo `json:"error"`
+}
+
+type openAIErrorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
 // openAIErr decodes an OpenAI error body.
 func openAIErr(t testing.TB, body string) openAIErrorInfo {
 	t.Helper()
