@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/internal/agent"
-	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/envmcp"
 	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/gateway"
@@ -258,26 +257,14 @@ func (r *Runner) turns(calls []gateway.Call, toolCalls []envmcp.ToolCall) []roll
 	return out
 }
 
-// fail records an env failure before the agent ran.
+// fail records an env failure before the agent ran, classified as
+// ortrain's own rollouts classify it.
 func (r *Runner) fail(ctx context.Context, tr *rollout.Trajectory, err error) {
-	tr.Err = err
-	var unreachable *envtarget.UnreachableError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		tr.Outcome = rollout.OutcomeTimeout
-	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
-		tr.Outcome = rollout.OutcomeCanceled
-	case errors.As(err, &unreachable):
-		tr.Outcome = rollout.OutcomeUnreachable
-	default:
-		tr.Outcome = rollout.OutcomeEnvError
-	}
+	tr.Err, tr.Outcome = err, rollout.Classify(ctx, err)
 }
 
 func (r *Runner) closeSession(sess rollout.Session) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
-	defer cancel()
-	if err := sess.Close(ctx); err != nil {
+	if err := rollout.CloseSession(sess, r.opts.CloseTimeout); err != nil {
 		r.opts.Logger.Warn().Err(err).Msg("close env session")
 	}
 }
@@ -285,13 +272,7 @@ func (r *Runner) closeSession(sess rollout.Session) {
 // endSession drops the engine's state for the rollout (the builtin
 // engine's KV cache), as ortrain's own loop does.
 func (r *Runner) endSession(id string) {
-	ender, ok := r.gen.(engine.SessionEnder)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
-	defer cancel()
-	if err := ender.EndSession(ctx, id); err != nil {
+	if err := rollout.EndEngineSession(r.gen, id, r.opts.CloseTimeout); err != nil {
 		r.opts.Logger.Warn().Err(err).Str("session", id).Msg("end engine session")
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -130,29 +129,7 @@ func (r *Runner) Close() error {
 // RunAll plays tasks, at most MaxConcurrency at once, and returns their
 // trajectories in task order; onDone (may be nil) sees each as it ends.
 func (r *Runner) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
-	out := make([]*rollout.Trajectory, len(tasks))
-	sem := make(chan struct{}, r.opts.MaxConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for i, task := range tasks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				out[i] = &rollout.Trajectory{Task: task, Agent: true, Outcome: rollout.OutcomeCanceled, Err: ctx.Err()}
-				return
-			}
-			defer func() { <-sem }()
-			out[i] = r.Run(ctx, task)
-			if onDone != nil {
-				mu.Lock()
-				onDone(out[i])
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return out
+	return rollout.RunEach(ctx, tasks, r.opts.MaxConcurrency, func(_ int, t rollout.Task) *rollout.Trajectory {
+		return r.Run(ctx, t)
+	}, onDone)
 }

@@ -268,8 +268,9 @@ type Task struct {
 	Version int
 }
 
-// classify maps an error from the env or the engine to an outcome.
-func classify(ctx context.Context, err error) Outcome {
+// Classify maps an error from the env or the engine to an outcome: the
+// deadline, a cancellation, an unreachable env, else an env error.
+func Classify(ctx context.Context, err error) Outcome {
 	var unreachable *envtarget.UnreachableError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):

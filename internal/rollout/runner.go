@@ -96,8 +96,23 @@ func NewRunner(envs []Opener, gen engine.Generator, chat ChatSpec, opts Options)
 // caller decides from the outcomes. onDone (optional) is called as each
 // rollout finishes, for progress reporting.
 func (r *Runner) RunAll(ctx context.Context, tasks []Task, onDone func(*Trajectory)) []*Trajectory {
+	return RunEach(ctx, tasks, r.opts.MaxConcurrency, func(i int, t Task) *Trajectory {
+		seed := t.Seed
+		if seed == 0 {
+			seed = r.opts.Seed + int64(i) + 1
+		}
+		return r.Run(ctx, t, seed)
+	}, onDone)
+}
+
+// RunEach runs run for every task, at most maxConcurrency at once, and
+// returns the trajectories in task order; a task still waiting for a slot
+// when ctx ends is canceled. onDone (optional) sees each trajectory as it
+// ends, from the goroutine that ran it. Every runner of rollouts (ortrain's
+// turn loop, a user's agent) schedules its tasks with it.
+func RunEach(ctx context.Context, tasks []Task, maxConcurrency int, run func(i int, t Task) *Trajectory, onDone func(*Trajectory)) []*Trajectory {
 	out := make([]*Trajectory, len(tasks))
-	sem := make(chan struct{}, r.opts.MaxConcurrency)
+	sem := make(chan struct{}, max(1, maxConcurrency))
 	var wg sync.WaitGroup
 	for i, t := range tasks {
 		wg.Add(1)
@@ -105,19 +120,11 @@ func (r *Runner) RunAll(ctx context.Context, tasks []Task, onDone func(*Trajecto
 			defer wg.Done()
 			select {
 			case sem <- struct{}{}:
+				out[i] = run(i, t)
+				<-sem
 			case <-ctx.Done():
 				out[i] = &Trajectory{Task: t, Outcome: OutcomeCanceled, Err: ctx.Err()}
-				if onDone != nil {
-					onDone(out[i])
-				}
-				return
 			}
-			defer func() { <-sem }()
-			seed := t.Seed
-			if seed == 0 {
-				seed = r.opts.Seed + int64(i) + 1
-			}
-			out[i] = r.Run(ctx, t, seed)
 			if onDone != nil {
 				onDone(out[i])
 			}
@@ -198,18 +205,24 @@ func (r *Runner) runOnce(ctx context.Context, task Task, seed int64) *Trajectory
 	return tr
 }
 
-// endSession lets a generator that keeps per-rollout state (the builtin
-// engine's KV cache) drop it now rather than when its budget evicts it.
+// endSession lets a generator that keeps per-rollout state drop it now.
 func (r *Runner) endSession(key string) {
-	ender, ok := r.gen.(engine.SessionEnder)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
-	defer cancel()
-	if err := ender.EndSession(ctx, key); err != nil {
+	if err := EndEngineSession(r.gen, key, r.opts.CloseTimeout); err != nil {
 		r.opts.Logger.Warn().Err(err).Str("session", key).Msg("end engine session")
 	}
+}
+
+// EndEngineSession lets a generator that keeps per-rollout state (the
+// builtin engine's KV cache) drop the rollout's now rather than when its
+// budget evicts it; other generators keep nothing.
+func EndEngineSession(gen engine.Generator, key string, timeout time.Duration) error {
+	ender, ok := gen.(engine.SessionEnder)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return ender.EndSession(ctx, key)
 }
 
 // callEnv runs one ORS call under the per-call deadline and adds its time.
@@ -225,7 +238,7 @@ func (r *Runner) callEnv(ctx context.Context, tr *Trajectory, call func(context.
 func (r *Runner) fail(ctx context.Context, tr *Trajectory, err error) {
 	tr.Err = err
 	if tr.Outcome == "" || !tr.Outcome.Failed() {
-		tr.Outcome = classify(ctx, err)
+		tr.Outcome = Classify(ctx, err)
 	}
 	r.opts.Logger.Debug().Err(err).Str("outcome", string(tr.Outcome)).Int("task", tr.Task.Index).Msg("rollout failed")
 }
@@ -233,11 +246,17 @@ func (r *Runner) fail(ctx context.Context, tr *Trajectory, err error) {
 // closeSession always runs, with its own deadline, so cancelled runs still
 // release their sessions.
 func (r *Runner) closeSession(sess Session, tr *Trajectory) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CloseTimeout)
-	defer cancel()
-	if err := sess.Close(ctx); err != nil {
-		r.opts.Logger.Warn().Err(err).Int("task", tr.Task.Index).Msg("close ORS session")
+	if err := CloseSession(sess, r.opts.CloseTimeout); err != nil {
+		r.opts.Logger.Warn().Err(err).Int("task", tr.Task.Index).Msg("close env session")
 	}
+}
+
+// CloseSession closes sess under its own deadline, not the rollout's
+// context: a cancelled or timed-out rollout still releases its session.
+func CloseSession(sess Session, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return sess.Close(ctx)
 }
 
 // EnvChat is how the conversations of one env's rollouts look: the chat
@@ -321,7 +340,7 @@ func (e *episode) run(ctx context.Context) error {
 		if err != nil {
 			tr.Outcome = OutcomeGenError
 			if ctx.Err() != nil {
-				tr.Outcome = classify(ctx, ctx.Err())
+				tr.Outcome = Classify(ctx, ctx.Err())
 			}
 			return fmt.Errorf("generate turn %d: %w", iter, err)
 		}
