@@ -19,6 +19,29 @@ import (
 	"github.com/ortrain/ortrain/internal/rollout"
 )
 
+// agentRun is the quickstart turned into an agent run on lockbox: the
+// tool agent in ../agentrollout/testdata (python3 and its script, returned
+// for commands that wrap it), steps steps of 2 generations x 4 rollouts.
+// It skips where python3 is missing.
+func agentRun(t *testing.T, out string, steps int) (*config.Config, string, string) {
+	t.Helper()
+	requireWorker(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
+	require.NoError(t, err)
+	cfg := quickstart(t, out, steps)
+	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
+	cfg.Chat.FinalAnswerTool = ""
+	cfg.Chat.RenderTools = true
+	cfg.Agent.Command = []string{py, script}
+	cfg.GRPO.SaveSteps = 0
+	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 4
+	return cfg, py, script
+}
+
 // TestAgentRolloutsTrain: a run whose rollouts are played by a Python
 // agent (standard library only, a real process per rollout) through the
 // gateway and the env's MCP tools trains for a few steps on the real
@@ -36,27 +59,14 @@ func TestAgentRolloutsTrain(t *testing.T) {
 // round's sampler copy and stamped with its version; stale groups, forks
 // included, are dropped).
 func testAgentRolloutsTrain(t *testing.T, async int) {
-	requireWorker(t)
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
-	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
-	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "run")
-	cfg := quickstart(t, out, 3)
+	cfg, _, _ := agentRun(t, out, 3)
 	cfg.Async.MaxOffPolicySteps = async
-	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
-	cfg.Chat.FinalAnswerTool = ""
-	cfg.Chat.RenderTools = true
-	cfg.Agent.Command = []string{py, script}
-	cfg.GRPO.SaveSteps = 0
-	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 4
 	require.NoError(t, cfg.Validate())
 
 	var mu sync.Mutex
 	var trajs []*rollout.Trajectory
-	_, err = Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" },
+	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" },
 		OnRollout: func(tr *rollout.Trajectory) {
 			mu.Lock()
 			trajs = append(trajs, tr)
@@ -115,19 +125,8 @@ func TestAbsoluteArgs(t *testing.T) {
 // completes, each misbehaving rollout is classified and masked, the forks
 // are counted and trained.
 func TestMisbehavingAgentsDoNotStopTheRun(t *testing.T) {
-	requireWorker(t)
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
-	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
-	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "run")
-	cfg := quickstart(t, out, 2)
-	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
-	cfg.Chat.FinalAnswerTool = ""
-	cfg.GRPO.SaveSteps = 0
-	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 4
+	cfg, py, script := agentRun(t, out, 2)
 	cfg.Rollout.EpisodeTimeout = 3 * time.Second
 	cfg.Rollout.MaxFailureFraction = 0.75
 	cfg.Agent.KillGrace = 200 * time.Millisecond
@@ -144,7 +143,7 @@ esac`, py, script}
 	require.NoError(t, cfg.Validate())
 	var mu sync.Mutex
 	outcomes := map[rollout.Outcome]int{}
-	_, err = Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" },
+	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" },
 		OnRollout: func(tr *rollout.Trajectory) {
 			mu.Lock()
 			outcomes[tr.Outcome]++
@@ -164,26 +163,15 @@ esac`, py, script}
 // rollout goes to one replica (its session key is the rollout), the run
 // trains and pushes its weights to the replicas.
 func TestAgentRolloutsOnVLLMReplicas(t *testing.T) {
-	requireWorker(t)
 	if testing.Short() {
 		t.Skip("builds ortrain and launches two replicas")
 	}
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
-	script, err := filepath.Abs("../agentrollout/testdata/tool_agent.py")
-	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg, _, _ := agentRun(t, dir, 2)
 	bin := filepath.Join(t.TempDir(), "ortrain")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
-	dir := filepath.Join(t.TempDir(), "run")
-	cfg := quickstart(t, dir, 2)
-	cfg.Envs = []config.EnvConfig{{Target: "builtin:lockbox", Split: "train", Weight: 1}}
-	cfg.Chat.FinalAnswerTool = ""
-	cfg.GRPO.SaveSteps = 0
-	cfg.GRPO.NumGenerations, cfg.GRPO.PerDeviceTrainBatchSize = 2, 8
-	cfg.Agent.Command = []string{py, script}
+	cfg.GRPO.PerDeviceTrainBatchSize = 8
 	cfg.Engine.Kind = "vllm"
 	cfg.Engine.VLLMReplicas = 2
 	cfg.Engine.VLLMCommand = []string{"ortrain", "serve-engine", "--threads", "1"}
