@@ -148,8 +148,14 @@ func (r *Runner) agentTask(task rollout.Task, prompt string, tools []envtarget.T
 }
 
 // taskSpec is the task's spec as its env lists it, or nil when the env
-// cannot list tasks (the agent then gets the prompt and tools only).
+// cannot list tasks (the agent then gets the prompt and tools only). A
+// task's spec does not change, and each task is played num_generations
+// times a round: it is asked of the env once.
 func (r *Runner) taskSpec(ctx context.Context, task rollout.Task) json.RawMessage {
+	key := specKey{task.Env, task.Split, task.Index}
+	if spec, ok := r.specs.Load(key); ok {
+		return spec.(json.RawMessage)
+	}
 	lister, ok := r.envs[task.Env].(interface {
 		Describe(context.Context, envtarget.Query) (*envtarget.Listing, error)
 	})
@@ -163,7 +169,15 @@ func (r *Runner) taskSpec(ctx context.Context, task rollout.Task) json.RawMessag
 		r.opts.Logger.Debug().Err(err).Int("task", task.Index).Msg("no task spec for the agent")
 		return nil
 	}
+	r.specs.Store(key, l.Tasks[0].Spec)
 	return l.Tasks[0].Spec
+}
+
+// specKey names a task of an env's split.
+type specKey struct {
+	env   int
+	split string
+	index int
 }
 
 // fill turns what the gateway and the MCP server recorded into the

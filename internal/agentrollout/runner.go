@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,7 @@ type Runner struct {
 	base   string
 	prefix string
 	seq    atomic.Int64
+	specs  sync.Map // specKey -> json.RawMessage: task specs already listed
 	served chan error
 }
 
