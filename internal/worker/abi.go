@@ -17,7 +17,7 @@ import (
 // so a renumbering on either side stops the build.
 
 // ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 8
+const ABIVersion = 9
 
 const (
 	_ = uint(ABIVersion-C.ORT_ABI_VERSION) + uint(C.ORT_ABI_VERSION-ABIVersion)

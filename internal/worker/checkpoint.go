@@ -144,7 +144,10 @@ func (m *Model) SaveOptimizer(ctx context.Context, path string) error {
 		return err
 	}
 	defer unlock()
-	return m.writeSafetensors(ctx, path, KindOptim, map[string]string{"format": "ortrain-adamw"})
+	if m.shard != ShardNone {
+		return fmt.Errorf("save optimizer state %s: it is sharded over a process group (%s): each rank writes its slice with Group.SaveOptimizerShard and one merges them with MergeOptimizerShards", path, m.shard)
+	}
+	return m.writeSafetensors(ctx, path, KindOptim, map[string]string{"format": optimizerFormat})
 }
 
 // LoadOptimizer restores state written by SaveOptimizer; tensors must match

@@ -40,8 +40,11 @@ type DistOptions struct {
 	// instead of hang. 0 means DefaultDistTimeout.
 	Timeout time.Duration
 	// BucketBytes caps the bytes of one gradient all-reduce; 0 means
-	// DefaultBucketBytes.
+	// DefaultBucketBytes. Sharding slices each bucket over the ranks.
 	BucketBytes int64
+	// Shard spreads the optimizer over the ranks (ZeRO stage 1 or 2); see
+	// ShardStage. Every rank must pass the same.
+	Shard ShardStage
 }
 
 // ErrTimeout matches (errors.Is) every *TimeoutError.
@@ -87,10 +90,14 @@ type Group struct {
 	backend string
 }
 
-// GradSyncStats describe one gradient all-reduce.
+// GradSyncStats describe one gradient reduction (ReduceGrads).
 type GradSyncStats struct {
-	Bytes   int64 // bytes each rank all-reduced, as sent (Gloo sends 16-bit floats as float32)
+	Bytes   int64 // bytes each rank contributed, as sent (Gloo sends 16-bit floats as float32)
 	Buckets int   // collectives, one per bucket
+	// Emulated: the reduce-scatter of a sharded group was built from an
+	// all-reduce (Gloo: 1.13 has no reduce-scatter, and 2.14's never
+	// completed in our tests); NCCL runs its own.
+	Emulated bool `json:",omitempty"`
 }
 
 func (o DistOptions) resolve() (DistOptions, error) {
@@ -113,6 +120,8 @@ func (o DistOptions) resolve() (DistOptions, error) {
 		return o, fmt.Errorf("timeout %v must be >= 1ms", o.Timeout)
 	case o.BucketBytes < 0:
 		return o, fmt.Errorf("bucket bytes %d must be >= 0", o.BucketBytes)
+	case o.Shard < ShardNone || o.Shard > ShardGradients:
+		return o, fmt.Errorf("shard stage %d is not none (0), optimizer (1) or gradients (2)", o.Shard)
 	}
 	return o, nil
 }
@@ -139,6 +148,7 @@ func (m *Model) JoinGroup(ctx context.Context, o DistOptions) (*Group, error) {
 		master_addr: ar.cstring(o.Addr), master_port: C.int32_t(o.Port),
 		rank: C.int32_t(o.Rank), world_size: C.int32_t(o.WorldSize),
 		timeout_ms: C.int64_t(o.Timeout.Milliseconds()), bucket_bytes: C.int64_t(o.BucketBytes),
+		shard: C.int32_t(o.Shard),
 	}
 	cf := watchCancel(ctx)
 	defer cf.stop()
@@ -151,6 +161,7 @@ func (m *Model) JoinGroup(ctx context.Context, o DistOptions) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{m: m, h: h, opts: o}
+	m.shard = o.Shard
 	const nameRoom = 64
 	namep, _ := carray[byte](&ar, nameRoom)
 	if err := m.call(eb, "process group backend", func() C.int {
@@ -210,13 +221,14 @@ func (g *Group) BroadcastTrainable(ctx context.Context) error {
 	return g.err(ctx, err)
 }
 
-// AllReduceGrads averages the trainable tensors' accumulated gradients over
+// ReduceGrads averages the trainable tensors' accumulated gradients over
 // the ranks, in flat buckets of at most BucketBytes (one collective each).
-// Call it once per optimizer step, after the last micro-batch's
-// ForwardBackward and before OptimizerStep; never between accumulation
-// micro-batches. With LoRA only the adapters' and modules_to_save's
-// gradients exist, so only they are sent.
-func (g *Group) AllReduceGrads(ctx context.Context) (GradSyncStats, error) {
+// Without a shard, and with ShardOptimizer, call it once per optimizer step
+// after the last micro-batch's ForwardBackward and before the optimizer
+// step; with ShardGradients after every micro-batch's. With LoRA only the
+// adapters' and modules_to_save's gradients exist, so only they are sent.
+// With a shard each rank keeps only its slice of the average.
+func (g *Group) ReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	unlock, err := g.begin(ctx)
 	if err != nil {
 		return GradSyncStats{}, err
@@ -226,15 +238,14 @@ func (g *Group) AllReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	defer cf.stop()
 	eb := newErrBuf()
 	defer eb.free()
-	var bytes C.int64_t
-	var buckets C.int32_t
-	err = g.m.call(eb, "all-reduce gradients", func() C.int {
-		return C.ort_call_group_allreduce_grads(g.m.api, g.h, g.m.h, &bytes, &buckets, cf.p, eb.p, errLen)
+	var out C.ort_grad_sync
+	err = g.m.call(eb, "reduce gradients", func() C.int {
+		return C.ort_call_group_reduce_grads(g.m.api, g.h, g.m.h, &out, cf.p, eb.p, errLen)
 	})
 	if err := g.err(ctx, err); err != nil {
 		return GradSyncStats{}, err
 	}
-	return GradSyncStats{Bytes: int64(bytes), Buckets: int(buckets)}, nil
+	return GradSyncStats{Bytes: int64(out.bytes), Buckets: int(out.buckets), Emulated: out.emulated != 0}, nil
 }
 
 // Reduction is an element-wise reduction over the ranks.

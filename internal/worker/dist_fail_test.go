@@ -80,7 +80,7 @@ func testPeerDies(t *testing.T, rank int) {
 	start := time.Now() // before the kill is scheduled, so elapsed >= killAfter
 	kill := time.AfterFunc(killAfter, func() { _ = peer.cmd.Process.Kill() })
 	defer kill.Stop()
-	_, err = g.AllReduceGrads(ctx)
+	_, err = g.ReduceGrads(ctx)
 	elapsed := time.Since(start)
 	require.Error(t, err)
 	t.Logf("all-reduce failed after %v: %v", elapsed, err)

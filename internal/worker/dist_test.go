@@ -57,6 +57,11 @@ type distJob struct {
 	World     int
 	TimeoutMS int64
 	Loss      grpo.LossType
+	// Shard and BucketBytes are the group's (DistOptions); with a shard,
+	// "train" writes this rank's optimizer slice to ShardFile at the end.
+	Shard       ShardStage
+	BucketBytes int64
+	ShardFile   string
 }
 
 // distModel selects the tiny model a rank loads.
@@ -87,8 +92,10 @@ const (
 // trainRanks runs distSteps optimizer steps as rank of world (g is nil for a
 // single process): each rank takes its contiguous slice of the step's
 // global rows, makes the round's token count global before the loss,
-// accumulates distGA micro-batches, averages the gradients and steps. It
-// returns the global loss of each step and what each all-reduce sent.
+// accumulates distGA micro-batches, averages the gradients and steps. A
+// sharded group reduces after every micro-batch (ShardGradients) or after
+// the last, and steps with Group.OptimizerStep. It returns the global loss
+// of each step and what each gradient reduction sent.
 func trainRanks(ctx context.Context, m *Model, g *Group, loss grpo.LossType, rank, world int) ([]float64, []GradSyncStats, error) {
 	cfg := grpo.DefaultLossConfig()
 	cfg.Type = loss
@@ -118,18 +125,25 @@ func trainRanks(ctx context.Context, m *Model, g *Group, loss grpo.LossType, ran
 				return nil, nil, err
 			}
 			stepLoss[0] += st.Loss
+			if g != nil && (g.Shard() == ShardGradients || i == distGA-1) {
+				sync, err := g.ReduceGrads(ctx)
+				if err != nil {
+					return nil, nil, err
+				}
+				syncs = append(syncs, sync)
+			}
 		}
 		if g != nil {
-			sync, err := g.AllReduceGrads(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
-			syncs = append(syncs, sync)
+			var err error
 			if stepLoss, err = g.AllReduceSum(ctx, stepLoss); err != nil {
 				return nil, nil, err
 			}
 		}
-		if _, err := m.OptimizerStep(ctx, distLR); err != nil {
+		if g != nil && g.Shard() != ShardNone {
+			if _, err := g.OptimizerStep(ctx, distLR); err != nil {
+				return nil, nil, err
+			}
+		} else if _, err := m.OptimizerStep(ctx, distLR); err != nil {
 			return nil, nil, err
 		}
 		losses = append(losses, stepLoss[0]/float64(world))
@@ -186,7 +200,7 @@ func TestDistRankProcess(t *testing.T) {
 	m := loadTiny(t, job.Opts.options())
 	fmt.Println(distJoiningMark)
 	g, err := m.JoinGroup(ctx, DistOptions{Addr: "127.0.0.1", Port: job.Port, Rank: job.Rank, WorldSize: job.World,
-		Timeout: time.Duration(job.TimeoutMS) * time.Millisecond})
+		Timeout: time.Duration(job.TimeoutMS) * time.Millisecond, Shard: job.Shard, BucketBytes: job.BucketBytes})
 	require.NoError(t, err)
 	defer g.Close()
 	switch job.Role {
@@ -200,6 +214,9 @@ func TestDistRankProcess(t *testing.T) {
 		require.NoError(t, err)
 		_, err = g.AllGather(ctx, nil)
 		require.NoError(t, err)
+		if job.ShardFile != "" {
+			require.NoError(t, g.SaveOptimizerShard(ctx, job.ShardFile))
+		}
 	case "bench":
 		require.NoError(t, benchRank(ctx, m, g))
 	case "park":
@@ -465,7 +482,7 @@ func testSingleRankGroup(t *testing.T, dtype string) {
 		require.NoError(t, err)
 		before[ti.Name] = b
 	}
-	st, err := g.AllReduceGrads(ctx)
+	st, err := g.ReduceGrads(ctx)
 	require.NoError(t, err)
 	wire := trainableBytes(t, m)
 	if dtype == "bfloat16" {
@@ -509,7 +526,7 @@ func TestDistOptionsResolve(t *testing.T) {
 	}
 }
 
-// benchRank is the peer of BenchmarkAllReduceGrads: after one backward pass
+// benchRank is the peer of BenchmarkReduceGrads: after one backward pass
 // it joins a gradient all-reduce for every 1 rank 0 sends, until a 0.
 func benchRank(ctx context.Context, m *Model, g *Group) error {
 	cfg := grpo.DefaultLossConfig()
@@ -522,18 +539,18 @@ func benchRank(ctx context.Context, m *Model, g *Group) error {
 		if err != nil || more[0] == 0 {
 			return err
 		}
-		if _, err := g.AllReduceGrads(ctx); err != nil {
+		if _, err := g.ReduceGrads(ctx); err != nil {
 			return err
 		}
 	}
 }
 
-// BenchmarkAllReduceGrads times the gradient all-reduce of the tiny preset
+// BenchmarkReduceGrads times the gradient all-reduce of the tiny preset
 // (full fine-tuning, float32) between two ranks over loopback Gloo; ns/op
-// counts only AllReduceGrads, not the scalar all-reduce that paces the peer.
+// counts only ReduceGrads, not the scalar all-reduce that paces the peer.
 // scripts/bench-worker's benchworker --world-size does the same for any
 // model inside a training step.
-func BenchmarkAllReduceGrads(b *testing.B) {
+func BenchmarkReduceGrads(b *testing.B) {
 	requireGloo(b)
 	opts := distModel{Dir: tinyDir(b, 1)}
 	port := freePort(b)
@@ -553,7 +570,7 @@ func BenchmarkAllReduceGrads(b *testing.B) {
 		_, err := g.AllReduceSum(ctx, []float64{1})
 		require.NoError(b, err)
 		start := time.Now()
-		st, err := g.AllReduceGrads(ctx)
+		st, err := g.ReduceGrads(ctx)
 		reducing += time.Since(start)
 		require.NoError(b, err)
 		sent = st.Bytes

@@ -37,7 +37,8 @@ typedef struct {
   void (*group_free)(ort_group *);
   int (*group_backend)(ort_group *, char *, size_t, char *, size_t);
   int (*group_broadcast_trainable)(ort_group *, ort_model *, int32_t, const volatile int32_t *, char *, size_t);
-  int (*group_allreduce_grads)(ort_group *, ort_model *, int64_t *, int32_t *, const volatile int32_t *, char *, size_t);
+  int (*group_reduce_grads)(ort_group *, ort_model *, ort_grad_sync *, const volatile int32_t *, char *, size_t);
+  int (*group_optimizer_step)(ort_group *, ort_model *, double, ort_shard_step_stats *, char *, size_t);
   int (*group_allreduce_f64)(ort_group *, int32_t, double *, size_t, const volatile int32_t *, char *, size_t);
   int (*group_allgather)(ort_group *, const void *, size_t, size_t, void *, size_t, const volatile int32_t *, char *, size_t);
 } ort_api;
@@ -81,7 +82,8 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(group_free, "ort_group_free")
   ORT_SYM(group_backend, "ort_group_backend")
   ORT_SYM(group_broadcast_trainable, "ort_group_broadcast_trainable")
-  ORT_SYM(group_allreduce_grads, "ort_group_allreduce_grads")
+  ORT_SYM(group_reduce_grads, "ort_group_reduce_grads")
+  ORT_SYM(group_optimizer_step, "ort_group_optimizer_step")
   ORT_SYM(group_allreduce_f64, "ort_group_allreduce_f64")
   ORT_SYM(group_allgather, "ort_group_allgather")
 #undef ORT_SYM
@@ -114,7 +116,8 @@ static inline int ort_call_group_join(ort_api *a, ort_model *m, const ort_group_
 static inline void ort_call_group_free(ort_api *a, ort_group *g) { a->group_free(g); }
 static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, size_t nn, char *e, size_t en) { return a->group_backend(g, nm, nn, e, en); }
 static inline int ort_call_group_broadcast_trainable(ort_api *a, ort_group *g, ort_model *m, int32_t root, const volatile int32_t *c, char *e, size_t en) { return a->group_broadcast_trainable(g, m, root, c, e, en); }
-static inline int ort_call_group_allreduce_grads(ort_api *a, ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_grads(g, m, bytes, buckets, c, e, en); }
+static inline int ort_call_group_reduce_grads(ort_api *a, ort_group *g, ort_model *m, ort_grad_sync *o, const volatile int32_t *c, char *e, size_t en) { return a->group_reduce_grads(g, m, o, c, e, en); }
+static inline int ort_call_group_optimizer_step(ort_api *a, ort_group *g, ort_model *m, double lr, ort_shard_step_stats *o, char *e, size_t en) { return a->group_optimizer_step(g, m, lr, o, e, en); }
 static inline int ort_call_group_allgather(ort_api *a, ort_group *g, const void *d, size_t n, size_t mx, void *o, size_t oc, const volatile int32_t *c, char *e, size_t en) { return a->group_allgather(g, d, n, mx, o, oc, c, e, en); }
 static inline int ort_call_group_allreduce_f64(ort_api *a, ort_group *g, int32_t op, double *v, size_t n, const volatile int32_t *c, char *e, size_t en) { return a->group_allreduce_f64(g, op, v, n, c, e, en); }
 #endif

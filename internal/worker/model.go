@@ -123,6 +123,9 @@ type Model struct {
 	cfg   *model.Config
 	opts  ModelOptions
 	dtype model.DType
+	// shard is the stage of the group the model joined: with one, its
+	// optimizer state is this rank's slice (Group.SaveOptimizerShard).
+	shard ShardStage
 }
 
 var dtypeCodes = map[model.DType]C.int32_t{

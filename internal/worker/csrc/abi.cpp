@@ -369,6 +369,12 @@ int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, co
     ort::need_finalized(m);
     auto g = std::make_unique<ort_group>();
     g->g = ort::join_group(m.device, *o, cancel);
+    try {
+      ort::attach_shard(*g->g, m);
+    } catch (...) {
+      ort::free_group(g->g);
+      throw;
+    }
     *out = g.release();
   });
 }
@@ -394,9 +400,20 @@ int ort_group_broadcast_trainable(ort_group* g, ort_model* h, int32_t root, cons
   return guard(err, err_len, [&] { ort::broadcast_trainable(group(g), model(h), root, cancel); });
 }
 
-int ort_group_allreduce_grads(ort_group* g, ort_model* h, int64_t* bytes, int32_t* buckets,
-                              const volatile int32_t* cancel, char* err, size_t err_len) {
-  return guard(err, err_len, [&] { ort::allreduce_grads(group(g), model(h), bytes, buckets, cancel); });
+int ort_group_reduce_grads(ort_group* g, ort_model* h, ort_grad_sync* out, const volatile int32_t* cancel, char* err,
+                           size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (out == nullptr) throw std::runtime_error("reduce gradients: nil output");
+    *out = ort::reduce_grads(group(g), model(h), cancel);
+  });
+}
+
+int ort_group_optimizer_step(ort_group* g, ort_model* h, double lr, ort_shard_step_stats* out, char* err,
+                             size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (out == nullptr) throw std::runtime_error("sharded optimizer step: nil output");
+    *out = ort::sharded_optimizer_step(group(g), model(h), lr);
+  });
 }
 
 int ort_group_allreduce_f64(ort_group* g, int32_t op, double* values, size_t n, const volatile int32_t* cancel,

@@ -2,7 +2,9 @@
 // without its Python module (libtorch has no C++ DDP): a TCPStore
 // rendezvous, one process group (Gloo on CPU, NCCL on CUDA), a broadcast of
 // the trainable tensors from one rank, and a bucketed all-reduce of their
-// gradients after the last micro-batch of each optimizer step.
+// gradients after the last micro-batch of each optimizer step. Sharded
+// optimizer state and gradients (ZeRO stages 1 and 2) build on the same
+// primitives in shard.cpp (collective.h).
 //
 // Every collective is started asynchronously and polled, so each one has a
 // deadline (the group's timeout) and honours the caller's cancel flag; a
@@ -35,30 +37,148 @@
 #include <thread>
 #include <vector>
 
-#include "dist.h"  // first: model.h defines ORT_TORCH_AT_LEAST
-
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-#ifdef USE_C10D_GLOO
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#endif
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
-#if ORT_TORCH_AT_LEAST(2, 0)
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
+#include "collective.h"  // first: model.h defines ORT_TORCH_AT_LEAST
 
 namespace ort {
 
-#if ORT_TORCH_AT_LEAST(2, 0)
-using Collectives = c10d::Backend;
-#else
-using Collectives = c10d::ProcessGroup;
-#endif
+// Shared with shard.cpp (declared in collective.h).
+
+std::string error_text(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+bool cancelled(const volatile int32_t* cancel) { return cancel != nullptr && *cancel != 0; }
+
+milliseconds backend_timeout(milliseconds t) {
+  return t + std::clamp(t / 2, milliseconds(2000), milliseconds(60000));
+}
+
+// is_timeout says whether a backend's or store's message reports a timeout.
+// By text, as the types differ across libtorch versions and Gloo's
+// IoException covers closed connections too. Seen: Gloo "Timed out waiting
+// Nms for recv operation to complete", "Connect timeout"; c10d store
+// "Socket Timeout", "Wait timeout", "wait timeout after Nms", "The client
+// socket has timed out"; NCCL's watchdog "... before timing out".
+bool is_timeout(const std::string& msg) {
+  std::string m(msg);
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* w : {"timed out", "timeout", "timing out", "deadline exceeded"}) {
+    if (m.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void fail(Group& g, const std::string& op, const std::string& msg, bool timeout) {
+  g.broken = op.empty() ? msg : op + ": " + msg;
+  if (timeout) throw TimeoutError(g.broken);
+  throw std::runtime_error(g.broken);
+}
+
+// fail_backend breaks the group with the backend's error e.
+[[noreturn]] void fail_backend(Group& g, const std::string& op, const std::exception& e) {
+  const auto msg = error_text(e);
+  fail(g, op, msg, is_timeout(msg));
+}
+
+void check_usable(const Group& g) {
+  if (!g.broken.empty()) {
+    throw std::runtime_error("process group is broken by an earlier failure (" + g.broken +
+                             "); leave it and join a new one");
+  }
+}
+
+void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string& op,
+           const volatile int32_t* cancel) {
+  const auto deadline = Clock::now() + g.timeout;
+  auto pause = std::chrono::microseconds(20);
+  while (!w->isCompleted()) {
+    if (cancelled(cancel)) fail(g, op, "cancelled");
+    if (Clock::now() >= deadline) {
+      fail(g, op, "timed out after " + std::to_string(g.timeout.count()) + " ms (a peer is stalled or gone)", true);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  try {
+    w->wait();
+  } catch (const std::exception& e) {
+    fail_backend(g, op, e);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const std::string& op,
+                                               c10d::ReduceOp::RedOpType red) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = red;
+  o.timeout = backend_timeout(g.timeout);
+  try {
+    return g.pg->allreduce(v, o);
+  } catch (const std::exception& e) {
+    fail_backend(g, op, e);
+  }
+}
+
+std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, int64_t cap) {
+  std::vector<Bucket> out;
+  int64_t bytes = 0;
+  for (const auto& t : ts) {
+    const auto n = static_cast<int64_t>(t.nbytes());
+    if (out.empty() || out.back().parts.front().scalar_type() != t.scalar_type() || bytes + n > cap) {
+      out.emplace_back();
+      out.back().index = out.size() - 1;
+      bytes = 0;
+    }
+    out.back().parts.push_back(t);
+    bytes += n;
+  }
+  return out;
+}
+
+std::string bucket_name(const Bucket& b, size_t n) {
+  return "bucket " + std::to_string(b.index + 1) + " of " + std::to_string(n);
+}
+
+at::ScalarType wire_dtype(const Group& g, at::ScalarType t) {
+  if (g.backend == "gloo" && (t == at::kBFloat16 || t == at::kHalf)) return at::kFloat;
+  return t;
+}
+
+at::Tensor flatten(const Group& g, const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parts.size());
+  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
+  return at::cat(flat).to(wire_dtype(g, parts.front().scalar_type()));
+}
+
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& parts) {
+  int64_t off = 0;
+  for (auto& p : parts) {
+    p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+}
+
+std::vector<uint8_t> grads_on_any_rank(Group& g, Model& m, const volatile int32_t* cancel) {
+  auto& params = trainable(m);
+  std::vector<float> has(params.size());
+  for (size_t i = 0; i < params.size(); i++) has[i] = params[i].second.grad().defined() ? 1.f : 0.f;
+  auto any = at::from_blob(has.data(), {static_cast<int64_t>(has.size())}, at::kFloat).clone().to(g.device);
+  auto w = start_allreduce(g, any, "which gradients exist");
+  await(g, w, "which gradients exist", cancel);
+  auto any_cpu = any.to(at::kCPU).contiguous();
+  std::vector<uint8_t> out(params.size());
+  for (size_t i = 0; i < params.size(); i++) out[i] = any_cpu.data_ptr<float>()[i] != 0 ? 1 : 0;
+  return out;
+}
+
+void check_model(const Group& g, const Model& m) {
+  need_finalized(m);
+  if (m.device != g.device) {
+    throw std::runtime_error("model is on " + m.device.str() + ", the process group on " + g.device.str());
+  }
+}
 
 namespace {
 
@@ -83,117 +203,14 @@ bool no_libuv(const std::string& msg) {
   return m.find("libuv") != std::string::npos;
 }
 
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
-constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // DDP's bucket_cap_mb default
-
-std::string what(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
-
-bool cancelled(const volatile int32_t* cancel) { return cancel != nullptr && *cancel != 0; }
-
-// backend_timeout is what Gloo, NCCL and the store are told for a group
-// timeout t: t plus a margin wide enough for a descheduled poll to wake.
-milliseconds backend_timeout(milliseconds t) {
-  return t + std::clamp(t / 2, milliseconds(2000), milliseconds(60000));
-}
-
-// is_timeout says whether a backend's or store's message reports a timeout.
-// By text, as the types differ across libtorch versions and Gloo's
-// IoException covers closed connections too. Seen: Gloo "Timed out waiting
-// Nms for recv operation to complete", "Connect timeout"; c10d store
-// "Socket Timeout", "Wait timeout", "wait timeout after Nms", "The client
-// socket has timed out"; NCCL's watchdog "... before timing out".
-bool is_timeout(const std::string& msg) {
-  std::string m(msg);
-  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* w : {"timed out", "timeout", "timing out", "deadline exceeded"}) {
-    if (m.find(w) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // rethrow turns a backend's or store's exception into ours, prefixed by
 // where, keeping whether it was a timeout.
 [[noreturn]] void rethrow(const std::string& where, const std::exception& e) {
-  const auto msg = where + ": " + what(e);
+  const auto msg = where + ": " + error_text(e);
   if (is_timeout(msg)) throw TimeoutError(msg);
   throw std::runtime_error(msg);
 }
 
-}  // namespace
-
-struct Group {
-  // Declared before pg, so destroyed after it: the backend may still use the
-  // store while it shuts down.
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<Collectives> pg;
-  std::string backend;
-  at::Device device{at::kCPU};
-  int rank = 0, size = 1;
-  milliseconds timeout{0};
-  int64_t bucket_bytes = kDefaultBucketBytes;
-  std::string broken;  // why the group is unusable, after a failed collective
-};
-
-namespace {
-
-// fail breaks the group; op names the step ("" when the call does one).
-[[noreturn]] void fail(Group& g, const std::string& op, const std::string& msg, bool timeout = false) {
-  g.broken = op.empty() ? msg : op + ": " + msg;
-  if (timeout) throw TimeoutError(g.broken);
-  throw std::runtime_error(g.broken);
-}
-
-// fail_backend breaks the group with the backend's error e.
-[[noreturn]] void fail_backend(Group& g, const std::string& op, const std::exception& e) {
-  const auto msg = what(e);
-  fail(g, op, msg, is_timeout(msg));
-}
-
-void check_usable(const Group& g) {
-  if (!g.broken.empty()) {
-    throw std::runtime_error("process group is broken by an earlier failure (" + g.broken +
-                             "); leave it and join a new one");
-  }
-}
-
-// await polls w until it completes, the group's timeout passes or cancel is
-// set, then rethrows the backend's error, if any.
-void await(Group& g, const c10::intrusive_ptr<c10d::Work>& w, const std::string& op,
-           const volatile int32_t* cancel) {
-  const auto deadline = Clock::now() + g.timeout;
-  auto pause = std::chrono::microseconds(20);
-  while (!w->isCompleted()) {
-    if (cancelled(cancel)) fail(g, op, "cancelled");
-    if (Clock::now() >= deadline) {
-      fail(g, op, "timed out after " + std::to_string(g.timeout.count()) + " ms (a peer is stalled or gone)", true);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-  try {
-    w->wait();
-  } catch (const std::exception& e) {
-    fail_backend(g, op, e);
-  }
-}
-
-c10::intrusive_ptr<c10d::Work> start_allreduce(Group& g, at::Tensor& t, const std::string& op,
-                                               c10d::ReduceOp::RedOpType red = c10d::ReduceOp::SUM) {
-  std::vector<at::Tensor> v{t};
-  c10d::AllreduceOptions o;
-  o.reduceOp = red;
-  o.timeout = backend_timeout(g.timeout);
-  try {
-    return g.pg->allreduce(v, o);
-  } catch (const std::exception& e) {
-    fail_backend(g, op, e);
-  }
-}
 
 #ifdef USE_C10D_GLOO
 // gloo_device picks the interface Gloo binds: GLOO_SOCKET_IFNAME as in
@@ -208,63 +225,6 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& addr) 
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 #endif
-
-// Bucket is a run of same-dtype tensors sent as one flat tensor.
-struct Bucket {
-  size_t index = 0;
-  std::vector<at::Tensor> parts;
-  at::Tensor flat;
-  c10::intrusive_ptr<c10d::Work> work;
-};
-
-std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, int64_t cap) {
-  std::vector<Bucket> out;
-  int64_t bytes = 0;
-  for (const auto& t : ts) {
-    const auto n = static_cast<int64_t>(t.nbytes());
-    if (out.empty() || out.back().parts.front().scalar_type() != t.scalar_type() || bytes + n > cap) {
-      out.emplace_back();
-      out.back().index = out.size() - 1;
-      bytes = 0;
-    }
-    out.back().parts.push_back(t);
-    bytes += n;
-  }
-  return out;
-}
-
-std::string bucket_name(const Bucket& b, size_t n) {
-  return "bucket " + std::to_string(b.index + 1) + " of " + std::to_string(n);
-}
-
-// wire_dtype is what a bucket travels as: Gloo reduces 16-bit floats in
-// fp32 (1.13's Gloo has no bfloat16 kernels, and the average is exacter).
-at::ScalarType wire_dtype(const Group& g, at::ScalarType t) {
-  if (g.backend == "gloo" && (t == at::kBFloat16 || t == at::kHalf)) return at::kFloat;
-  return t;
-}
-
-at::Tensor flatten(const Group& g, const std::vector<at::Tensor>& parts) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(parts.size());
-  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
-  return at::cat(flat).to(wire_dtype(g, parts.front().scalar_type()));
-}
-
-void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& parts) {
-  int64_t off = 0;
-  for (auto& p : parts) {
-    p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
-    off += p.numel();
-  }
-}
-
-void check_model(const Group& g, const Model& m) {
-  need_finalized(m);
-  if (m.device != g.device) {
-    throw std::runtime_error("model is on " + m.device.str() + ", the process group on " + g.device.str());
-  }
-}
 
 // check_backend fails before the rendezvous when this build lacks the
 // device's backend.
@@ -326,7 +286,7 @@ const StoreStatus& store_status() {
       if (!r.libuv) r.detail = "a store asked for libuv started the classic server";
     } catch (const std::exception& e) {
       // libtorch's text suggests USE_LIBUV=0, which only its Python reads.
-      r.detail = no_libuv(what(e)) ? "libtorch was built without libuv" : what(e);
+      r.detail = no_libuv(error_text(e)) ? "libtorch was built without libuv" : error_text(e);
     }
     return r;
   }();
@@ -355,6 +315,10 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
                              std::to_string(o.world_size) + ")");
   }
   if (o.timeout_ms <= 0) throw std::runtime_error("join process group: timeout must be > 0");
+  if (o.shard < ORT_SHARD_NONE || o.shard > ORT_SHARD_GRADIENTS) {
+    throw std::runtime_error("join process group: unknown shard stage " + std::to_string(o.shard) +
+                             " (want 0 none, 1 optimizer, 2 gradients)");
+  }
   check_backend(device);
   auto g = std::make_unique<Group>();
   g->device = device;
@@ -362,6 +326,7 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
   g->size = o.world_size;
   g->timeout = milliseconds(o.timeout_ms);
   if (o.bucket_bytes > 0) g->bucket_bytes = o.bucket_bytes;
+  g->shard = o.shard;
   const std::string where = addr + ":" + std::to_string(o.master_port);
   const auto deadline = Clock::now() + g->timeout;
   auto check_wait = [&](const std::string& state) {
@@ -389,12 +354,12 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
     try {
       g->store = c10::make_intrusive<c10d::TCPStore>(addr, so);
     } catch (const std::exception& e) {
-      if (wants_libuv(so) && no_libuv(what(e))) {  // libtorch's default, built without it
+      if (wants_libuv(so) && no_libuv(error_text(e))) {  // libtorch's default, built without it
         use_classic_store(so);
         continue;
       }
-      if (so.isServer) throw std::runtime_error("serve rendezvous at " + where + ": " + what(e));
-      last = "connecting: " + what(e);
+      if (so.isServer) throw std::runtime_error("serve rendezvous at " + where + ": " + error_text(e));
+      last = "connecting: " + error_text(e);
       std::this_thread::sleep_for(milliseconds(250));
     }
   }
@@ -469,32 +434,35 @@ void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* nbuckets, cons
   // A tensor without a gradient on this rank (unused by its micro-batches)
   // still takes part when another rank has one, as zeros; one that no rank
   // touched keeps no gradient, so AdamW skips it as in a single process.
-  std::vector<float> has(params.size());
-  for (size_t i = 0; i < params.size(); i++) has[i] = params[i].second.grad().defined() ? 1.f : 0.f;
-  auto any = at::from_blob(has.data(), {static_cast<int64_t>(has.size())}, at::kFloat).clone().to(g.device);
-  auto w = start_allreduce(g, any, "which gradients exist");
-  await(g, w, "which gradients exist", cancel);
-  auto any_cpu = any.to(at::kCPU).contiguous();
-  const float* anyp = any_cpu.data_ptr<float>();
+  const auto any = grads_on_any_rank(g, m, cancel);
   std::vector<at::Tensor> grads;
   for (size_t i = 0; i < params.size(); i++) {
-    if (anyp[i] == 0) continue;
+    if (!any[i]) continue;
     auto& p = params[i].second;
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
     grads.push_back(p.grad());
   }
   auto buckets = make_buckets(grads, g.bucket_bytes);
-  for (auto& b : buckets) {
+  *nbuckets = static_cast<int32_t>(buckets.size());
+  // Two buckets in flight keep the backend busy (it runs them in order)
+  // while at most two flat copies exist besides the gradients.
+  constexpr size_t kInFlight = 2;
+  size_t done = 0;
+  auto finish = [&] {
+    auto& b = buckets[done++];
+    await(g, b.work, bucket_name(b, buckets.size()), cancel);
+    b.flat.div_(g.size);
+    unflatten(b.flat, b.parts);
+    b.flat = at::Tensor();
+  };
+  for (size_t k = 0; k < buckets.size(); k++) {
+    if (k - done >= kInFlight) finish();
+    auto& b = buckets[k];
     b.flat = flatten(g, b.parts);
     *bytes += b.flat.nbytes();
     b.work = start_allreduce(g, b.flat, bucket_name(b, buckets.size()));
   }
-  *nbuckets = static_cast<int32_t>(buckets.size());
-  for (auto& b : buckets) {
-    await(g, b.work, bucket_name(b, buckets.size()), cancel);
-    b.flat.div_(g.size);
-    unflatten(b.flat, b.parts);
-  }
+  while (done < buckets.size()) finish();
 }
 
 void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel) {

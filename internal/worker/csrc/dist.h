@@ -42,6 +42,14 @@ void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_
 // allreduce_grads averages the trainable tensors' gradients over the group
 // in flat buckets; bytes and buckets report what was sent.
 void allreduce_grads(Group& g, Model& m, int64_t* bytes, int32_t* buckets, const volatile int32_t* cancel);
+// attach_shard lays out m's optimizer over g as g.shard says (shard.cpp);
+// ort_group_join calls it once the group stands.
+void attach_shard(Group& g, Model& m);
+// reduce_grads is ort_group_reduce_grads: allreduce_grads without a shard,
+// else a reduce-scatter into this rank's slice (shard.cpp).
+ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel);
+// sharded_optimizer_step is ort_group_optimizer_step (shard.cpp).
+ort_shard_step_stats sharded_optimizer_step(Group& g, Model& m, double lr);
 // allreduce_f64 reduces values element-wise over the group with op
 // (ORT_REDUCE_*), in place.
 void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel);

@@ -57,6 +57,37 @@ struct KVCache {
   bool all_keys = false;
 };
 
+// ShardPiece is where a trainable tensor meets this rank's slice of a
+// bucket: its flattened elements [param_off, param_off + len) sit at
+// slice_off in the slice.
+struct ShardPiece {
+  size_t param;  // index into Model::params
+  int64_t param_off, len, slice_off;
+};
+
+// ShardBucket is one bucket of the flattened trainable tensors (cut as the
+// gradient all-reduce cuts them) and this rank's slice of it: rank r owns
+// elements [r*chunk, (r+1)*chunk) clipped to numel, chunk = ceil(numel/P).
+struct ShardBucket {
+  std::vector<size_t> params;  // indices into Model::params, in order
+  int64_t numel = 0, chunk = 0, lo = 0, hi = 0;
+  std::vector<ShardPiece> pieces;
+  at::Tensor grad;                 // [hi - lo] in the wire dtype: the slice of the averaged gradient
+  at::Tensor exp_avg, exp_avg_sq;  // [hi - lo] in the tensors' dtype, allocated at the first update
+};
+
+// Shard is a model's optimizer spread over a process group (ZeRO stage 1 or
+// 2, shard.cpp). stage NONE: every rank holds everything.
+struct Shard {
+  int32_t stage = ORT_SHARD_NONE;
+  int rank = 0, size = 1;
+  std::vector<ShardBucket> buckets;
+  // By trainable tensor, the same on every rank: its AdamW state exists
+  // (created by its first gradient, as torch.optim does), and some rank had
+  // a gradient for it since the last step.
+  std::vector<uint8_t> has_state, has_grad;
+};
+
 struct Model {
   // rope_cos / rope_sin_rot [positions, head_dim] are the rotary tables of
   // positions 0.. (model.cpp's rope_tables), grown on demand.
@@ -84,8 +115,11 @@ struct Model {
   std::unordered_map<std::string, size_t> param_index;  // position in params, by name
   std::map<int32_t, std::vector<TensorMeta>> listings;  // by tensor kind, kept for ort_model_tensor_info
   // AdamW state (PyTorch AdamW semantics), keyed by trainable tensor name.
+  // Sharded (shard.stage != NONE): the slices in shard hold it, and these
+  // maps only hold a loaded checkpoint until shard_absorb_state slices it.
   std::map<std::string, at::Tensor> exp_avg, exp_avg_sq;
   int64_t step = 0;
+  Shard shard;
   at::Generator gen;  // LoRA init and dropout
   bool training = false;  // LoRA dropout on (set during forward_backward)
   bool decode_gemm = false;  // matmul_nt may use oneDNN's sgemm (set by DecodeGemmScope)
@@ -252,6 +286,22 @@ void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Ten
 // train.cpp
 double optimizer_step(Model& m, double lr);
 void zero_grad(Model& m);
+// clip_factor scales gradients of global norm norm to max_grad_norm
+// (torch.nn.utils.clip_grad_norm_); 1 when they are within it.
+double clip_factor(const Model& m, double norm);
+// adamw_update applies one AdamW step at m.step (already advanced) to ws in
+// place, from gradients gs scaled by clip and moments m1s, vs (updated).
+void adamw_update(Model& m, const std::vector<at::Tensor>& ws, const std::vector<at::Tensor>& gs,
+                  const std::vector<at::Tensor>& m1s, const std::vector<at::Tensor>& vs, double clip, double lr);
+
+// shard.cpp, the parts without collectives.
+// shard_absorb_state moves full-size AdamW state (a loaded checkpoint, any
+// world size) into this rank's slices and drops the rest.
+void shard_absorb_state(Model& m);
+// shard_piece_name is "<param>@<param_off>"; find_shard_piece parses one
+// and returns its bucket and piece, or false.
+std::string shard_piece_name(const Model& m, const ShardPiece& p);
+bool find_shard_piece(const Model& m, const std::string& name, const ShardBucket** bucket, const ShardPiece** piece);
 
 // sample.cpp
 void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,

@@ -90,15 +90,27 @@ at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
       if (name == "step") return step_tensor(m);
       std::string stem;
       auto* state = optim_state(m, name, &stem);
+      const ShardBucket* b = nullptr;
+      const ShardPiece* p = nullptr;
+      if (state != nullptr && find_shard_piece(m, stem, &b, &p) && m.shard.has_state[p->param] && b->exp_avg.defined()) {
+        return (state == &m.exp_avg ? b->exp_avg : b->exp_avg_sq).narrow(0, p->slice_off, p->len);
+      }
       if (state == nullptr || m.param_index.count(stem) == 0) break;
       auto it = state->find(stem);
       if (it != state->end()) return it->second;
       break;
     }
-    case ORT_KIND_GRAD:  // by the trainable tensor's name
+    case ORT_KIND_GRAD: {  // by the trainable tensor's name, or its piece's (stage 2)
+      const ShardBucket* b = nullptr;
+      const ShardPiece* p = nullptr;
+      if (m.shard.stage == ORT_SHARD_GRADIENTS && find_shard_piece(m, name, &b, &p)) {
+        if (b->grad.defined()) return b->grad.narrow(0, p->slice_off, p->len);
+        return at::zeros({p->len}, m.params[p->param].second.options());
+      }
       if (m.param_index.count(name) == 0) break;
       if (auto* p = find_param(m, name)) return p->grad().defined() ? p->grad() : at::zeros_like(*p);
       break;
+    }
   }
   throw std::runtime_error("no tensor named " + name);
 }
@@ -142,6 +154,18 @@ std::vector<TensorMeta> build_listing(Model& m, int32_t kind) {
       break;
     case ORT_KIND_OPTIM:
       add("step", step_tensor(m));
+      if (m.shard.stage != ORT_SHARD_NONE) {  // this rank's slices, by piece
+        shard_absorb_state(m);
+        for (const auto& b : m.shard.buckets) {
+          if (!b.exp_avg.defined()) continue;
+          for (const auto& p : b.pieces) {
+            if (!m.shard.has_state[p.param]) continue;
+            add("exp_avg." + shard_piece_name(m, p), b.exp_avg.narrow(0, p.slice_off, p.len));
+            add("exp_avg_sq." + shard_piece_name(m, p), b.exp_avg_sq.narrow(0, p.slice_off, p.len));
+          }
+        }
+        break;
+      }
       for (const auto& p : m.params) {
         auto a = m.exp_avg.find(p.first);
         auto b = m.exp_avg_sq.find(p.first);
@@ -150,6 +174,15 @@ std::vector<TensorMeta> build_listing(Model& m, int32_t kind) {
       }
       break;
     case ORT_KIND_GRAD:  // the parameters themselves: same names and shapes
+      if (m.shard.stage == ORT_SHARD_GRADIENTS) {  // stage 2 keeps this rank's slices only
+        for (const auto& b : m.shard.buckets) {
+          for (const auto& p : b.pieces) {
+            const auto& t = b.grad.defined() ? b.grad : m.params[p.param].second;
+            out.push_back({shard_piece_name(m, p), t.scalar_type(), {p.len}});
+          }
+        }
+        break;
+      }
       for (const auto& p : m.params) add(p.first, p.second);
       break;
   }

@@ -4,6 +4,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model.h"
@@ -60,47 +61,32 @@ void zero_grad(Model& m) {
   for (auto& p : trainable(m)) {
     if (p.second.grad().defined()) p.second.mutable_grad() = at::Tensor();
   }
+  for (auto& b : m.shard.buckets) {
+    if (b.grad.defined()) b.grad.zero_();
+  }
+  std::fill(m.shard.has_grad.begin(), m.shard.has_grad.end(), 0);
 }
 
-double optimizer_step(Model& m, double lr) {
-  at::NoGradGuard ng;
-  m.weights_version++;
-  const auto& params = trainable(m);
-  std::vector<at::Tensor> sq;
-  for (const auto& p : params) {
-    const auto& g = p.second.grad();
-    if (!g.defined()) continue;
-    auto n = at::linalg_vector_norm(g, 2, c10::nullopt, false, acc_dtype(m));  // one pass, no squared copy
-    sq.push_back(n * n);
-  }
-  const double norm = sq.empty() ? 0.0 : at::stack(sq).sum().sqrt().item<double>();
+double clip_factor(const Model& m, double norm) {
   const auto& o = m.opts;
-  std::vector<at::Tensor> ws, gs, m1s, vs;  // params with a gradient, and their state
-  forget_listings(m);  // the loop below may create optimizer state
-  for (const auto& p : params) {
-    const auto& g = p.second.grad();
-    if (!g.defined()) continue;  // as torch.optim: no gradient, no update
-    auto& m1 = m.exp_avg[p.first];
-    auto& v = m.exp_avg_sq[p.first];
-    if (!m1.defined()) m1 = at::zeros_like(p.second.detach());
-    if (!v.defined()) v = at::zeros_like(p.second.detach());
-    ws.push_back(p.second.detach());
-    gs.push_back(g);
-    m1s.push_back(m1);
-    vs.push_back(v);
-  }
-  const double clip = o.max_grad_norm > 0 && norm > o.max_grad_norm ? o.max_grad_norm / (norm + 1e-6) : 1.0;
-  m.step++;
+  return o.max_grad_norm > 0 && norm > o.max_grad_norm ? o.max_grad_norm / (norm + 1e-6) : 1.0;
+}
+
+void adamw_update(Model& m, const std::vector<at::Tensor>& ws, const std::vector<at::Tensor>& gs_in,
+                  const std::vector<at::Tensor>& m1s, const std::vector<at::Tensor>& vs, double clip, double lr) {
+  const auto& o = m.opts;
   const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(m.step));
   const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(m.step));
   bool all_one_pass = true;
-  for (size_t i = 0; i < ws.size(); i++) all_one_pass = all_one_pass && one_pass_ok(ws[i], gs[i], m1s[i], vs[i]);
+  for (size_t i = 0; i < ws.size(); i++) all_one_pass = all_one_pass && one_pass_ok(ws[i], gs_in[i], m1s[i], vs[i]);
   if (all_one_pass) {
-    for (size_t i = 0; i < ws.size(); i++) adamw_one_pass(ws[i], gs[i], m1s[i], vs[i], clip, lr, o, bc1, bc2);
-    zero_grad(m);
-    return norm;
+    for (size_t i = 0; i < ws.size(); i++) adamw_one_pass(ws[i], gs_in[i], m1s[i], vs[i], clip, lr, o, bc1, bc2);
+    return;
   }
-  if (clip != 1.0) at::_foreach_mul_(gs, at::Scalar(clip));
+  auto gs = gs_in;
+  if (clip != 1.0) {
+    for (auto& g : gs) g = g * clip;  // the callers' gradients stay as they were
+  }
   // Multi-tensor (foreach) kernels over groups of up to 16M elements: few
   // launches, and the temporary denominators stay bounded.
   constexpr int64_t kGroup = int64_t{1} << 24;
@@ -120,6 +106,40 @@ double optimizer_step(Model& m, double lr) {
     at::_foreach_addcdiv_(w, m1, denom, at::Scalar(-lr / bc1));
     begin = end;
   }
+}
+
+double optimizer_step(Model& m, double lr) {
+  if (m.shard.stage != ORT_SHARD_NONE) {
+    throw std::runtime_error("the optimizer state is sharded over a process group: step with ort_group_optimizer_step");
+  }
+  at::NoGradGuard ng;
+  m.weights_version++;
+  const auto& params = trainable(m);
+  std::vector<at::Tensor> sq;
+  for (const auto& p : params) {
+    const auto& g = p.second.grad();
+    if (!g.defined()) continue;
+    auto n = at::linalg_vector_norm(g, 2, c10::nullopt, false, acc_dtype(m));  // one pass, no squared copy
+    sq.push_back(n * n);
+  }
+  const double norm = sq.empty() ? 0.0 : at::stack(sq).sum().sqrt().item<double>();
+  std::vector<at::Tensor> ws, gs, m1s, vs;  // params with a gradient, and their state
+  forget_listings(m);  // the loop below may create optimizer state
+  for (const auto& p : params) {
+    const auto& g = p.second.grad();
+    if (!g.defined()) continue;  // as torch.optim: no gradient, no update
+    auto& m1 = m.exp_avg[p.first];
+    auto& v = m.exp_avg_sq[p.first];
+    if (!m1.defined()) m1 = at::zeros_like(p.second.detach());
+    if (!v.defined()) v = at::zeros_like(p.second.detach());
+    ws.push_back(p.second.detach());
+    gs.push_back(g);
+    m1s.push_back(m1);
+    vs.push_back(v);
+  }
+  const double clip = clip_factor(m, norm);
+  m.step++;
+  adamw_update(m, ws, gs, m1s, vs, clip, lr);
   zero_grad(m);
   return norm;
 }

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 8
+#define ORT_ABI_VERSION 9
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -295,7 +295,32 @@ typedef struct {
   int32_t rank, world_size;
   int64_t timeout_ms;   /* rendezvous, and each collective; > 0 */
   int64_t bucket_bytes; /* gradient bucket size; <= 0 = 25 MiB */
+  int32_t shard;        /* ORT_SHARD_*: how the model's optimizer is spread over the ranks */
 } ort_group_options;
+
+/* ZeRO stages of ort_group_options.shard. NONE: every rank keeps all
+ * gradients and AdamW state (all-reduce). OPTIMIZER (stage 1): each rank
+ * keeps the AdamW state of its 1/P slice of every bucket of flattened
+ * trainable tensors, receives its slice of the averaged gradients by
+ * reduce-scatter after the last micro-batch, steps it and all-gathers the
+ * parameters. GRADIENTS (stage 2): as OPTIMIZER, but the gradients are
+ * reduce-scattered after every micro-batch, so only the slice is kept
+ * between micro-batches. */
+enum { ORT_SHARD_NONE = 0, ORT_SHARD_OPTIMIZER = 1, ORT_SHARD_GRADIENTS = 2 };
+
+/* What one ort_group_reduce_grads sent. */
+typedef struct {
+  int64_t bytes;    /* bytes each rank contributed, as sent (Gloo sends 16-bit floats as float32) */
+  int32_t buckets;  /* collectives, one per bucket */
+  int32_t emulated; /* 1: reduce-scatter built from an all-reduce (Gloo) */
+} ort_grad_sync;
+
+/* What one sharded optimizer step did besides the update. */
+typedef struct {
+  double grad_norm;     /* global L2 norm before clipping */
+  double comm_seconds;  /* waiting on the norm's all-reduce and the parameters' all-gather */
+  int64_t gather_bytes; /* parameter bytes each rank sent */
+} ort_shard_step_stats;
 
 /* Joins the group with m's device's backend (Gloo on CPU, NCCL on CUDA). */
 int ort_group_join(ort_model *m, const ort_group_options *o, ort_group **out, const volatile int32_t *cancel,
@@ -308,9 +333,19 @@ int ort_group_backend(ort_group *g, char *name, size_t name_len, char *err, size
 int ort_group_broadcast_trainable(ort_group *g, ort_model *m, int32_t root, const volatile int32_t *cancel, char *err,
                                   size_t err_len);
 /* Averages the trainable tensors' gradients over the group (one collective
- * per bucket); call once after the last micro-batch of an optimizer step. */
-int ort_group_allreduce_grads(ort_group *g, ort_model *m, int64_t *bytes, int32_t *buckets,
-                              const volatile int32_t *cancel, char *err, size_t err_len);
+ * per bucket). Unsharded and OPTIMIZER: call once after the last
+ * micro-batch of an optimizer step; GRADIENTS: after every micro-batch. With
+ * a shard, each rank keeps only its slice of the average (added to what
+ * earlier micro-batches left there) and the full gradients are dropped. */
+int ort_group_reduce_grads(ort_group *g, ort_model *m, ort_grad_sync *out, const volatile int32_t *cancel, char *err,
+                           size_t err_len);
+/* The optimizer step of a sharded model (shard != NONE): global-norm
+ * clipping over every rank's slice, AdamW on this rank's slice, then an
+ * all-gather of the parameters, so every rank holds the whole updated model.
+ * Runs to the end once started (no cancel): a half-gathered model would be
+ * worse than a late one; the group's timeout still bounds it. */
+int ort_group_optimizer_step(ort_group *g, ort_model *m, double lr, ort_shard_step_stats *out, char *err,
+                             size_t err_len);
 /* Reductions of ort_group_allreduce_f64. */
 enum { ORT_REDUCE_SUM = 0, ORT_REDUCE_MIN = 1, ORT_REDUCE_MAX = 2 };
 /* Reduces n doubles element-wise over the group (ORT_REDUCE_*), in place. */

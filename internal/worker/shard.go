@@ -1,0 +1,141 @@
+package worker
+
+/*
+#include "dlapi.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ShardStage is how a data-parallel group spreads the optimizer over its
+// ranks (DistOptions.Shard), as DeepSpeed's ZeRO stages do. The trainable
+// tensors are flattened into the gradient buckets and rank r of P owns a
+// contiguous 1/P slice of each bucket.
+type ShardStage int32
+
+const (
+	// ShardNone: every rank holds all gradients and AdamW state; the
+	// gradients are all-reduced.
+	ShardNone ShardStage = 0
+	// ShardOptimizer (ZeRO-1): each rank holds the AdamW state of its
+	// slice, receives its slice of the averaged gradients by
+	// reduce-scatter after the last micro-batch, steps it, and the
+	// parameters are all-gathered.
+	ShardOptimizer ShardStage = 1
+	// ShardGradients (ZeRO-2): as ShardOptimizer, and the gradients are
+	// reduce-scattered after every micro-batch, so between micro-batches a
+	// rank keeps only its slice of them.
+	ShardGradients ShardStage = 2
+)
+
+var shardStageNames = map[ShardStage]string{ShardNone: "none", ShardOptimizer: "optimizer", ShardGradients: "gradients"}
+
+func (s ShardStage) String() string {
+	if n, ok := shardStageNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("ShardStage(%d)", int32(s))
+}
+
+// ParseShardStage reads worker.shard: "none" (or ""), "optimizer",
+// "gradients".
+func ParseShardStage(s string) (ShardStage, error) {
+	if s == "" {
+		return ShardNone, nil
+	}
+	for k, v := range shardStageNames {
+		if v == s {
+			return k, nil
+		}
+	}
+	return ShardNone, fmt.Errorf("shard stage %q is not none, optimizer or gradients", s)
+}
+
+// ShardStepStats describe one sharded optimizer step.
+type ShardStepStats struct {
+	StepStats
+	// CommTime is the time spent waiting on the norm's all-reduce and the
+	// parameters' all-gather.
+	CommTime time.Duration
+	// GatherBytes are the parameter bytes this rank sent to the all-gather.
+	GatherBytes int64
+}
+
+// Shard is the group's stage.
+func (g *Group) Shard() ShardStage { return g.opts.Shard }
+
+// OptimizerStep is the optimizer step of a sharded group (Shard() is not
+// ShardNone), in place of Model.OptimizerStep: the gradients' global norm
+// over every rank's slice (one all-reduce), clipping by it, AdamW on this
+// rank's slice, and an all-gather of the parameters so every rank holds the
+// whole updated model. Every rank calls it after ReduceGrads. Once started
+// it runs to the end (bounded by the group's timeout): ctx is checked
+// before, not during.
+func (g *Group) OptimizerStep(ctx context.Context, lr float64) (ShardStepStats, error) {
+	if !(lr >= 0) {
+		return ShardStepStats{}, fmt.Errorf("sharded optimizer step: learning rate %v must be >= 0", lr)
+	}
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return ShardStepStats{}, err
+	}
+	defer unlock()
+	eb := newErrBuf()
+	defer eb.free()
+	var out C.ort_shard_step_stats
+	err = g.m.call(eb, "sharded optimizer step", func() C.int {
+		return C.ort_call_group_optimizer_step(g.m.api, g.h, g.m.h, C.double(lr), &out, eb.p, errLen)
+	})
+	if err := g.err(ctx, err); err != nil {
+		return ShardStepStats{}, err
+	}
+	return ShardStepStats{
+		StepStats:   StepStats{GradNorm: float64(out.grad_norm), LR: lr},
+		CommTime:    time.Duration(float64(out.comm_seconds) * float64(time.Second)),
+		GatherBytes: int64(out.gather_bytes),
+	}, nil
+}
+
+// SaveOptimizerShard writes this rank's slice of a sharded optimizer's
+// AdamW state to path (safetensors, atomically): the step and, for every
+// trainable tensor this rank holds a piece of, its moments as 1-D pieces
+// named exp_avg.<name>@<offset> (elements from offset, flattened). One rank
+// merges every rank's file with MergeOptimizerShards into the unsharded
+// format, which any world size resumes from.
+func (g *Group) SaveOptimizerShard(ctx context.Context, path string) error {
+	if g.opts.Shard == ShardNone {
+		return fmt.Errorf("save optimizer shard %s: the group does not shard the optimizer (use Model.SaveOptimizer)", path)
+	}
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return g.m.writeSafetensors(ctx, path, KindOptim, map[string]string{
+		"format": optimizerShardFormat, "rank": strconv.Itoa(g.opts.Rank), "world_size": strconv.Itoa(g.opts.WorldSize),
+	})
+}
+
+// MergeOptimizerShards merges the shard files of every rank (shards[r] is
+// rank r's, from SaveOptimizerShard) into one optimizer file at dst in
+// SaveOptimizer's format, checking them against this model's trainable
+// tensors. It needs no process group: any rank, or a later process, can.
+func (m *Model) MergeOptimizerShards(ctx context.Context, dst string, shards []string) error {
+	kind := KindWeight
+	if m.opts.LoRA != nil {
+		kind = KindLoRA
+	}
+	params, err := m.Tensors(kind)
+	if err != nil {
+		return fmt.Errorf("merge optimizer shards: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return MergeOptimizerShards(dst, shards, params)
+}
