@@ -118,11 +118,23 @@ func finalTensors(t *testing.T, runDir string, step int, lora bool) map[string][
 // step and ended with weights within 1e-5 of each other.
 func requireSameRun(t *testing.T, oneDir, twoDir string, steps int, lora bool) {
 	t.Helper()
+	worlds := make([]int, steps)
+	for i := range worlds {
+		worlds[i] = 2
+	}
+	requireSameRunOn(t, oneDir, twoDir, lora, worlds)
+}
+
+// requireSameRunOn is requireSameRun for a run whose step i ran on
+// worlds[i] ranks.
+func requireSameRunOn(t *testing.T, oneDir, twoDir string, lora bool, worlds []int) {
+	t.Helper()
+	steps := len(worlds)
 	one, two := stepMetrics(t, oneDir), stepMetrics(t, twoDir)
 	require.Len(t, one, steps)
 	require.Len(t, two, steps)
 	for i := range one {
-		assert.Equal(t, 2.0, two[i]["dist/world_size"], "step %d", i+1)
+		assert.Equal(t, float64(worlds[i]), two[i]["dist/world_size"], "step %d", i+1)
 		assert.InDelta(t, one[i]["reward"], two[i]["reward"], 1e-9, "reward of step %d", i+1)
 		assert.InDelta(t, one[i]["reward_std"], two[i]["reward_std"], 1e-9, "reward_std of step %d", i+1)
 		assert.InDelta(t, one[i]["loss"], two[i]["loss"], 1e-5*max(1, math.Abs(one[i]["loss"])), "loss of step %d", i+1)

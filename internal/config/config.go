@@ -320,6 +320,13 @@ type WorkerConfig struct {
 	CollectiveTimeout time.Duration `mapstructure:"collective_timeout"`
 	// BucketMB caps one gradient all-reduce (PyTorch DDP's bucket_cap_mb).
 	BucketMB int `mapstructure:"bucket_mb"`
+	// Shard spreads the optimizer over the ranks of a data-parallel run
+	// (DeepSpeed's ZeRO stages): "none" (every rank holds all gradients
+	// and AdamW state), "optimizer" (stage 1: each rank keeps the AdamW
+	// state of its 1/P slice of every bucket), "gradients" (stage 2: and
+	// only its slice of the gradients between micro-batches). Checkpoints
+	// stay in the unsharded format, so any world size resumes them.
+	Shard string `mapstructure:"shard"`
 }
 
 // LoggingConfig controls run output.
@@ -405,6 +412,7 @@ func Default() Config {
 			SaveTimeout:       10 * time.Minute,
 			CollectiveTimeout: 30 * time.Minute,
 			BucketMB:          25,
+			Shard:             "none",
 		},
 		Logging: LoggingConfig{LogCompletions: true},
 		SFT:     defaultSFT(),

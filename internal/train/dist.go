@@ -34,7 +34,11 @@ type collectives interface {
 	Rank() int
 	WorldSize() int
 	AllGather(ctx context.Context, data []byte) ([][]byte, error)
-	AllReduceGrads(ctx context.Context) (worker.GradSyncStats, error)
+	ReduceGrads(ctx context.Context) (worker.GradSyncStats, error)
+	// Shard and OptimizerStep: a sharded optimizer (worker.shard) steps
+	// through the group, which gathers the parameters.
+	Shard() worker.ShardStage
+	OptimizerStep(ctx context.Context, lr float64) (worker.ShardStepStats, error)
 }
 
 // checkDistributed refuses the settings a data-parallel run does not
@@ -125,9 +129,18 @@ func rankDevice(device string, gpus []int, w launch.World, getenv func(string) s
 // joinGroup joins the run's process group through rank 0's store and
 // makes every rank start from rank 0's trainable weights.
 func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy) (*worker.Group, error) {
+	shard, err := worker.ParseShardStage(cfg.Worker.Shard)
+	if err != nil {
+		return nil, &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard, Allowed: "none, optimizer or gradients"}
+	}
+	if shard != worker.ShardNone && w.Rank == 0 {
+		if err := clearStaging(cfg.OutputDir); err != nil {
+			return nil, err
+		}
+	}
 	g, err := p.m.JoinGroup(ctx, worker.DistOptions{
 		Addr: w.MasterAddr, Port: w.MasterPort, Rank: w.Rank, WorldSize: w.WorldSize,
-		Timeout: cfg.Worker.CollectiveTimeout, BucketBytes: int64(cfg.Worker.BucketMB) << 20,
+		Timeout: cfg.Worker.CollectiveTimeout, BucketBytes: int64(cfg.Worker.BucketMB) << 20, Shard: shard,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d of %d: join the process group at %s:%d (set by %s): %w", w.Rank, w.WorldSize, w.MasterAddr, w.MasterPort, w.Source, err)
@@ -138,6 +151,9 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 	if err := g.BroadcastTrainable(ctx); err != nil {
 		_ = g.Close()
 		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
+	}
+	if shard != worker.ShardNone {
+		p.shards = newOptimizerShards(cfg.OutputDir, g)
 	}
 	return g, nil
 }

@@ -89,8 +89,12 @@ func (g echoGroup) AllGather(_ context.Context, b []byte) ([][]byte, error) {
 	}
 	return [][]byte{g.peer(), b}, nil
 }
-func (g echoGroup) AllReduceGrads(context.Context) (worker.GradSyncStats, error) {
+func (g echoGroup) ReduceGrads(context.Context) (worker.GradSyncStats, error) {
 	return worker.GradSyncStats{}, nil
+}
+func (g echoGroup) Shard() worker.ShardStage { return worker.ShardNone }
+func (g echoGroup) OptimizerStep(context.Context, float64) (worker.ShardStepStats, error) {
+	return worker.ShardStepStats{}, errors.New("echoGroup does not shard")
 }
 
 // TestGatherRoundKeepsRankOrderAndFailures: the merged round is rank 0's
@@ -137,9 +141,13 @@ func (g *mirrorGroup) WorldSize() int { return 2 }
 func (g *mirrorGroup) AllGather(_ context.Context, b []byte) ([][]byte, error) {
 	return [][]byte{b, b}, nil
 }
-func (g *mirrorGroup) AllReduceGrads(context.Context) (worker.GradSyncStats, error) {
+func (g *mirrorGroup) ReduceGrads(context.Context) (worker.GradSyncStats, error) {
 	g.reduces++
 	return worker.GradSyncStats{Bytes: 1 << 20, Buckets: 1}, nil
+}
+func (g *mirrorGroup) Shard() worker.ShardStage { return worker.ShardNone }
+func (g *mirrorGroup) OptimizerStep(context.Context, float64) (worker.ShardStepStats, error) {
+	return worker.ShardStepStats{}, errors.New("mirrorGroup does not shard")
 }
 
 // TestDataParallelStepTrainsItsSlice: a rank rolls out its half of the

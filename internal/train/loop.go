@@ -26,8 +26,8 @@ type trainPolicy interface {
 	Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error)
 	ForwardBackward(ctx context.Context, mb grpo.MicroBatch, cfg grpo.LossConfig) (worker.LossStats, error)
 	OptimizerStep(ctx context.Context, lr float64) (gradNorm float64, err error)
-	// writeCheckpoint writes weights and optimizer state into dir.
-	writeCheckpoint(ctx context.Context, dir string) error
+	// writeCheckpoint writes the weights and optimizer state of step into dir.
+	writeCheckpoint(ctx context.Context, dir string, step int) error
 	// DiscardGradients zeroes what the micro-steps of an unfinished step
 	// accumulated.
 	DiscardGradients(ctx context.Context) error

@@ -219,8 +219,8 @@ func (p *failAtPolicy) ForwardBackward(ctx context.Context, mb grpo.MicroBatch, 
 	return p.asyncPolicy.ForwardBackward(ctx, mb, cfg)
 }
 
-func (p *asyncPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
-func (p *asyncPolicy) DiscardGradients(ctx context.Context) error            { return nil }
+func (p *asyncPolicy) writeCheckpoint(ctx context.Context, dir string, step int) error { return nil }
+func (p *asyncPolicy) DiscardGradients(ctx context.Context) error                      { return nil }
 
 func newAsyncLoop(t *testing.T, shape roundShape, n, steps int, ro rolloutRunner, p trainPolicy, g weightSyncer) *stepLoop {
 	t.Helper()

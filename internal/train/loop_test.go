@@ -87,7 +87,9 @@ func (p *recordingPolicy) OptimizerStep(ctx context.Context, lr float64) (float6
 	return 1, nil
 }
 
-func (p *recordingPolicy) writeCheckpoint(ctx context.Context, dir string) error { return nil }
+func (p *recordingPolicy) writeCheckpoint(ctx context.Context, dir string, step int) error {
+	return nil
+}
 
 func (p *recordingPolicy) DiscardGradients(ctx context.Context) error { p.discards++; return nil }
 

@@ -66,6 +66,11 @@ type StepMetrics struct {
 	WorldSize      int
 	AllReduceTime  time.Duration
 	AllReduceBytes int64
+	// AllGatherTime and AllGatherBytes are a sharded optimizer step's
+	// communication (worker.shard): the gradient norm's all-reduce and the
+	// parameters' all-gather.
+	AllGatherTime  time.Duration
+	AllGatherBytes int64
 
 	// The step's phase intervals, kept so that a second round in the same
 	// step extends the union instead of adding to it.
@@ -217,6 +222,10 @@ func (m StepMetrics) Map() map[string]float64 {
 		out["dist/world_size"] = float64(m.WorldSize)
 		out["time/allreduce"] = m.AllReduceTime.Seconds()
 		out["dist/allreduce_mib"] = float64(m.AllReduceBytes) / (1 << 20)
+		if m.AllGatherBytes > 0 {
+			out["time/allgather"] = m.AllGatherTime.Seconds()
+			out["dist/allgather_mib"] = float64(m.AllGatherBytes) / (1 << 20)
+		}
 	}
 	for k, v := range m.Extra {
 		out[k] = v

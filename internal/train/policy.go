@@ -23,6 +23,10 @@ type workerPolicy struct {
 	lora bool
 	// libPath is the worker library the model was loaded with.
 	libPath string
+	// shards is set when the run shards the optimizer (worker.shard): no
+	// rank holds the whole state, so each saves its slice and rank 0
+	// merges them.
+	shards *optimizerShards
 }
 
 func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
@@ -42,8 +46,9 @@ func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, 
 func (p *workerPolicy) DiscardGradients(ctx context.Context) error { return p.m.ZeroGrad(ctx) }
 
 // writeCheckpoint writes the weights (or the LoRA adapter) and the optimizer
-// state into dir.
-func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string) error {
+// state of step into dir (rank 0; with a sharded optimizer, after every
+// rank's saveShard of the same step).
+func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string, step int) error {
 	if p.lora {
 		if err := p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
 			return fmt.Errorf("save adapter: %w", err)
@@ -51,10 +56,28 @@ func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string) error {
 	} else if err := p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir)); err != nil {
 		return fmt.Errorf("save weights: %w", err)
 	}
+	if p.shards != nil {
+		if err := p.shards.write(ctx, step); err != nil {
+			return fmt.Errorf("save optimizer: %w", err)
+		}
+		if err := p.shards.merge(ctx, p.m, step, filepath.Join(dir, ckptOptimizer)); err != nil {
+			return fmt.Errorf("save optimizer: %w", err)
+		}
+		return nil
+	}
 	if err := p.m.SaveOptimizer(ctx, filepath.Join(dir, ckptOptimizer)); err != nil {
 		return fmt.Errorf("save optimizer: %w", err)
 	}
 	return nil
+}
+
+// saveShard is the part of step's checkpoint a rank other than 0 writes:
+// its optimizer slice when the optimizer is sharded, else nothing.
+func (p *workerPolicy) saveShard(ctx context.Context, step int) error {
+	if p.shards == nil {
+		return nil
+	}
+	return p.shards.write(ctx, step)
 }
 
 // restore loads a checkpoint's adapter and optimizer state into the model

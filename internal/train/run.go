@@ -281,7 +281,17 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log
 func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *stepLoop, p trainPolicy, res *Result, runErr error) (*Result, error) {
 	res.Steps = loop.Step()
 	var optErr *OptimizerError
-	if ro.rank0() && loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr) {
+	unsaved := loop.Step() > 0 && loop.Step() != res.savedStep && !errors.As(runErr, &optErr)
+	if wp, ok := p.(*workerPolicy); ok && unsaved && !ro.rank0() && wp.shards != nil {
+		// This rank's optimizer slice, for rank 0's checkpoint.
+		saveCtx, cancel := context.WithTimeout(context.Background(), cfg.Worker.SaveTimeout)
+		err := wp.saveShard(saveCtx, loop.Step())
+		cancel()
+		if err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("optimizer slice of step %d: %w", loop.Step(), err))
+		}
+	}
+	if ro.rank0() && unsaved {
 		saveCtx, cancel := context.WithTimeout(context.Background(), cfg.Worker.SaveTimeout)
 		path, err := saveCheckpoint(saveCtx, cfg.OutputDir, loop, p)
 		cancel()
@@ -310,7 +320,7 @@ func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *ste
 func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPolicy) (string, error) {
 	st := loop.State()
 	return writeCheckpoint(dir, st.Step, st, func(tmp string) error {
-		if err := p.writeCheckpoint(ctx, tmp); err != nil {
+		if err := p.writeCheckpoint(ctx, tmp, st.Step); err != nil {
 			return err
 		}
 		ahead, err := loop.AheadRounds(ctx)
@@ -350,6 +360,18 @@ func wireHooks(loop *stepLoop, rd *runDir, res *Result, p trainPolicy, cfg *conf
 	}
 	if !ro.rank0() {
 		// Rank 0 alone writes checkpoints; every rank resumes from them.
+		// A sharded optimizer's slices come from every rank.
+		if wp, ok := p.(*workerPolicy); ok && wp.shards != nil {
+			loop.Checkpoint = func(ctx context.Context, step int) error {
+				ctx, cancel := context.WithTimeout(ctx, cfg.Worker.SaveTimeout)
+				defer cancel()
+				err := wp.saveShard(ctx, step)
+				if err == nil {
+					res.savedStep = step
+				}
+				return err
+			}
+		}
 		return
 	}
 	loop.Checkpoint = func(ctx context.Context, step int) error {

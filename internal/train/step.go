@@ -22,42 +22,83 @@ type BatchSource interface {
 	NextMicroBatch(ctx context.Context, m *StepMetrics) (grpo.MicroBatch, error)
 }
 
-// gradReducer combines what the ranks' micro-steps accumulated.
+// gradReducer combines what the ranks' micro-steps accumulated and steps
+// the optimizer.
 type gradReducer interface {
 	// local is this rank's part of a global micro-batch.
 	local(mb grpo.MicroBatch) grpo.MicroBatch
+	// microStepDone runs after each micro-step's backward pass (ZeRO stage
+	// 2 reduces there).
+	microStepDone(ctx context.Context, step int, m *StepMetrics) error
 	// reduce makes the accumulated gradients the global ones and returns
 	// every rank's loss statistics (one rank: stats itself).
 	reduce(ctx context.Context, step int, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error)
+	// optimizerStep updates the weights from the reduced gradients and
+	// returns their norm before clipping.
+	optimizerStep(ctx context.Context, p trainPolicy, lr float64, m *StepMetrics) (float64, error)
 	worldSize() int
 }
 
 // oneRank is the reducer of a single process: nothing to combine.
 type oneRank struct{}
 
-func (oneRank) local(mb grpo.MicroBatch) grpo.MicroBatch { return mb }
+func (oneRank) local(mb grpo.MicroBatch) grpo.MicroBatch               { return mb }
+func (oneRank) microStepDone(context.Context, int, *StepMetrics) error { return nil }
 func (oneRank) reduce(_ context.Context, _ int, stats []worker.LossStats, _ *StepMetrics) ([]worker.LossStats, error) {
 	return stats, nil
+}
+func (oneRank) optimizerStep(ctx context.Context, p trainPolicy, lr float64, _ *StepMetrics) (float64, error) {
+	return p.OptimizerStep(ctx, lr)
 }
 func (oneRank) worldSize() int { return 1 }
 
 // ranks is the reducer of a data-parallel process group (dist.go): each
 // rank trains on its slice of every global micro-batch, then the gradients
-// are averaged and the loss statistics gathered.
+// are averaged and the loss statistics gathered. With a sharded optimizer
+// (worker.shard) each rank keeps its slice of the averaged gradients
+// (reduced after every micro-step at stage 2), steps it, and the group
+// gathers the parameters.
 type ranks struct{ g collectives }
 
 func (r ranks) local(mb grpo.MicroBatch) grpo.MicroBatch {
 	return localSlice(mb, r.g.Rank(), r.g.WorldSize())
 }
 
-func (r ranks) reduce(ctx context.Context, step int, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error) {
+// reduceGrads runs one gradient reduction, adding its time and bytes to m.
+func (r ranks) reduceGrads(ctx context.Context, step int, m *StepMetrics) error {
 	t0 := time.Now()
-	gs, err := r.g.AllReduceGrads(ctx)
-	m.AllReduceTime = time.Since(t0)
+	gs, err := r.g.ReduceGrads(ctx)
+	m.AllReduceTime += time.Since(t0)
 	if err != nil {
-		return nil, fmt.Errorf("step %d: all-reduce gradients: %w", step, err)
+		return fmt.Errorf("step %d: reduce gradients: %w", step, err)
 	}
-	m.AllReduceBytes = gs.Bytes
+	m.AllReduceBytes += gs.Bytes
+	return nil
+}
+
+func (r ranks) microStepDone(ctx context.Context, step int, m *StepMetrics) error {
+	if r.g.Shard() != worker.ShardGradients {
+		return nil
+	}
+	return r.reduceGrads(ctx, step, m)
+}
+
+func (r ranks) optimizerStep(ctx context.Context, p trainPolicy, lr float64, m *StepMetrics) (float64, error) {
+	if r.g.Shard() == worker.ShardNone {
+		return p.OptimizerStep(ctx, lr)
+	}
+	st, err := r.g.OptimizerStep(ctx, lr)
+	m.AllGatherTime += st.CommTime
+	m.AllGatherBytes += st.GatherBytes
+	return st.GradNorm, err
+}
+
+func (r ranks) reduce(ctx context.Context, step int, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error) {
+	if r.g.Shard() != worker.ShardGradients {
+		if err := r.reduceGrads(ctx, step, m); err != nil {
+			return nil, err
+		}
+	}
 	all, err := gatherGob(ctx, r.g, stats)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: gather loss statistics: %w", step, err)
@@ -126,6 +167,9 @@ func runOptimizerStep(ctx context.Context, p trainPolicy, src BatchSource, red g
 			return out, fmt.Errorf("step %d micro-step %d: forward/backward: %w", step, i, err)
 		}
 		out.Stats = append(out.Stats, st)
+		if err := red.microStepDone(ctx, step, m); err != nil {
+			return out, err
+		}
 	}
 	var err error
 	if out.Stats, err = red.reduce(ctx, step, out.Stats, m); err != nil {
@@ -141,7 +185,7 @@ func runOptimizerStep(ctx context.Context, p trainPolicy, src BatchSource, red g
 	}
 	t0 := time.Now()
 	err = withDeadline(context.WithoutCancel(ctx), optTimeout, func(c context.Context) (err error) {
-		out.GradNorm, err = p.OptimizerStep(c, lr)
+		out.GradNorm, err = red.optimizerStep(c, p, lr, m)
 		return err
 	})
 	m.TrainTime += time.Since(t0)

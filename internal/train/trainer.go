@@ -245,16 +245,16 @@ func (t *Trainer) SumAcrossRanks(ctx context.Context, values []float64) ([]float
 }
 
 // SaveCheckpoint writes checkpoint step (weights or adapter, optimizer,
-// state) on rank 0, bounded by worker.save_timeout; other ranks write
-// nothing and return "".
+// state) on rank 0, bounded by worker.save_timeout; other ranks write only
+// their optimizer slice when it is sharded, and return "".
 func (t *Trainer) SaveCheckpoint(ctx context.Context, step int, state any) (string, error) {
-	if !t.ro.rank0() {
-		return "", nil
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.Worker.SaveTimeout)
 	defer cancel()
+	if !t.ro.rank0() {
+		return "", t.policy.saveShard(ctx, step)
+	}
 	return writeCheckpoint(t.cfg.OutputDir, step, state, func(tmp string) error {
-		return t.policy.writeCheckpoint(ctx, tmp)
+		return t.policy.writeCheckpoint(ctx, tmp, step)
 	})
 }
 

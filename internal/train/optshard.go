@@ -1,0 +1,101 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ortrain/ortrain/internal/worker"
+)
+
+// With a sharded optimizer (worker.shard) no rank holds the whole AdamW
+// state, and a checkpoint must not depend on a collective: after an
+// interrupt the group is often broken (a rank left mid-step), yet the last
+// completed step must still be saved. So at each save every rank writes its
+// slice to a staging directory under the run's checkpoints, and rank 0
+// waits for all of them and merges them into the checkpoint's optimizer
+// file in the unsharded format, which resumes under any world size. Ranks
+// on several machines need output_dir on shared storage, as resuming
+// already does.
+
+// shardStagingDir is where ranks leave their slices, one directory a step.
+func shardStagingDir(outputDir string) string {
+	return filepath.Join(outputDir, "checkpoints", ".optimizer-shards")
+}
+
+// optimizerShards writes and merges one rank's optimizer slices.
+type optimizerShards struct {
+	dir   string // shardStagingDir of the run
+	group *worker.Group
+	// poll is how often rank 0 looks for the other ranks' slices.
+	poll time.Duration
+}
+
+func newOptimizerShards(outputDir string, g *worker.Group) *optimizerShards {
+	return &optimizerShards{dir: shardStagingDir(outputDir), group: g, poll: 50 * time.Millisecond}
+}
+
+func (s *optimizerShards) stepDir(step int) string { return filepath.Join(s.dir, checkpointName(step)) }
+
+func (s *optimizerShards) path(step, rank int) string {
+	return filepath.Join(s.stepDir(step), fmt.Sprintf("rank-%d-of-%d.safetensors", rank, s.group.WorldSize()))
+}
+
+// write leaves this rank's slice of step's optimizer state (atomically).
+func (s *optimizerShards) write(ctx context.Context, step int) error {
+	if err := os.MkdirAll(s.stepDir(step), 0o755); err != nil {
+		return fmt.Errorf("optimizer slice of rank %d: %w", s.group.Rank(), err)
+	}
+	if err := s.group.SaveOptimizerShard(ctx, s.path(step, s.group.Rank())); err != nil {
+		return fmt.Errorf("optimizer slice of rank %d: %w", s.group.Rank(), err)
+	}
+	return nil
+}
+
+// MissingShardError is a rank's optimizer slice that did not appear before
+// rank 0's checkpoint deadline (worker.save_timeout).
+type MissingShardError struct {
+	Rank, Step int
+	Path       string
+}
+
+func (e *MissingShardError) Error() string {
+	return fmt.Sprintf("rank %d's optimizer slice of step %d never appeared at %s: is that rank alive, and does it see output_dir (shared storage when ranks run on several machines)?", e.Rank, e.Step, e.Path)
+}
+
+// merge waits until every rank's slice of step is there, merges them into
+// dst (the unsharded format) and removes the step's staging directory.
+func (s *optimizerShards) merge(ctx context.Context, m *worker.Model, step int, dst string) error {
+	paths := make([]string, s.group.WorldSize())
+	for r := range paths {
+		paths[r] = s.path(step, r)
+		for {
+			if _, err := os.Stat(paths[r]); err == nil {
+				break
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("optimizer slice of rank %d: %w", r, err)
+			}
+			select {
+			case <-ctx.Done():
+				return &MissingShardError{Rank: r, Step: step, Path: paths[r]}
+			case <-time.After(s.poll):
+			}
+		}
+	}
+	if err := m.MergeOptimizerShards(ctx, dst, paths); err != nil {
+		return err
+	}
+	return os.RemoveAll(s.stepDir(step))
+}
+
+// clearStaging removes slices an earlier process of the run left behind
+// (rank 0, before the ranks join: no rank writes before the first step).
+func clearStaging(outputDir string) error {
+	if err := os.RemoveAll(shardStagingDir(outputDir)); err != nil {
+		return fmt.Errorf("clear earlier optimizer slices: %w", err)
+	}
+	return nil
+}
