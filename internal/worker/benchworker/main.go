@@ -6,8 +6,12 @@
 // size) into --model. It is run by scripts/bench-worker, one process per
 // model so peak RSS is per model. With --world-size N it is one rank of N
 // data-parallel processes (start each with its --rank): every step
-// all-reduces the gradients, and the JSON adds the all-reduce time per step
-// and its fraction of the step.
+// reduces the gradients, and the JSON adds the reduce time per step and
+// its fraction of the step. --shard optimizer|gradients shards the AdamW
+// state (ZeRO-1) and also the gradients (ZeRO-2) over the ranks; the JSON
+// then adds the sharded step's all-gather time and every kind's bytes held
+// (scripts/bench-zero). --grad-accum N runs N micro-batches of --rows rows
+// per step.
 package main
 
 import (
@@ -39,6 +43,8 @@ type options struct {
 	masterAddr      string
 	masterPort      int
 	bucketMiB       float64
+	shard           string
+	gradAccum       int
 	initPreset      string
 	vocab           int
 	logprobPath     string
@@ -77,6 +83,18 @@ type result struct {
 	AllReduceBytes    int64   `json:"allreduce_bytes,omitempty"`
 	AllReduceBuckets  int     `json:"allreduce_buckets,omitempty"`
 	AllReduceFraction float64 `json:"allreduce_fraction,omitempty"`
+	// With --world-size > 1: the sharding's keys (dist.go).
+	*shardResult
+	// GradAccum is the micro-batches per step (each of Rows rows). The
+	// bytes each kind held after the timed steps (this rank's slices under
+	// a shard): parameters, gradients, optimizer state (AdamW's moments).
+	GradAccum      int   `json:"grad_accum,omitempty"`
+	ParamBytes     int64 `json:"param_bytes,omitempty"`
+	GradBytes      int64 `json:"grad_bytes,omitempty"`
+	OptimizerBytes int64 `json:"optimizer_bytes,omitempty"`
+	// PeakRSSLoadMiB is the peak RSS before the first step (the model
+	// loaded, the group joined): peak_rss_mib above it is training's.
+	PeakRSSLoadMiB float64 `json:"peak_rss_load_mib,omitempty"`
 }
 
 func main() {
@@ -99,6 +117,8 @@ func main() {
 	flag.StringVar(&o.masterAddr, "master-addr", "127.0.0.1", "rendezvous address, served by rank 0 (with --world-size)")
 	flag.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (with --world-size)")
 	flag.Float64Var(&o.bucketMiB, "bucket-mb", 25, "gradient all-reduce bucket size in MiB (with --world-size)")
+	flag.StringVar(&o.shard, "shard", "none", "none, optimizer (ZeRO-1) or gradients (ZeRO-2): shard the optimizer over the ranks (with --world-size)")
+	flag.IntVar(&o.gradAccum, "grad-accum", 1, "micro-batches of --rows rows per training step")
 	flag.StringVar(&o.initPreset, "init", "", "write a random model of this preset into --model and exit")
 	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
 	flag.StringVar(&o.logprobPath, "logprob-path", "auto", "auto, fused or recompute: how the loss gradient crosses the vocab projection")
@@ -119,6 +139,15 @@ func run(ctx context.Context, o options) error {
 	lpPath, ok := logprobPaths[o.logprobPath]
 	if !ok {
 		return fmt.Errorf("--logprob-path %q is unknown (auto, fused, recompute)", o.logprobPath)
+	}
+	shard, err := worker.ParseShardStage(o.shard)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--shard: %w", err)
+	case shard != worker.ShardNone && o.worldSize < 2:
+		return fmt.Errorf("--shard %s needs --world-size > 1", shard)
+	case o.gradAccum < 1:
+		return fmt.Errorf("--grad-accum %d must be >= 1", o.gradAccum)
 	}
 	path, _, err := worker.FindLibrary("", os.Getenv)
 	if err != nil {
@@ -151,13 +180,13 @@ func run(ctx context.Context, o options) error {
 		}
 		rows[i] = grpo.Row{Tokens: toks, PromptLen: o.promptLen, LossMask: mask, Advantage: float32(rng.NormFloat64())}
 	}
-	mb := grpo.MicroBatch{Rows: rows, RoundTokens: float64(o.rows * o.complLen), GradAccumSteps: 1}
+	mb := grpo.MicroBatch{Rows: rows, RoundTokens: float64(o.rows * o.complLen), GradAccumSteps: o.gradAccum}
 	cfg := grpo.DefaultLossConfig()
 	cfg.ISCorrection = grpo.ISCorrectionOff
 	var group *worker.Group
 	if o.worldSize > 1 {
 		group, err = m.JoinGroup(ctx, worker.DistOptions{Addr: o.masterAddr, Port: o.masterPort, Rank: o.rank,
-			WorldSize: o.worldSize, BucketBytes: int64(o.bucketMiB * (1 << 20))})
+			WorldSize: o.worldSize, BucketBytes: int64(o.bucketMiB * (1 << 20)), Shard: shard})
 		if err != nil {
 			return err
 		}
@@ -166,59 +195,40 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	var elapsed, fwdBwd, allReduce time.Duration
-	var sync worker.GradSyncStats
-	var cpu, fbCPU, sys, faults float64
-	for step := 0; step <= o.steps && !o.sampleOnly; step++ {
-		cpu0 := cpuSeconds()
-		sys0, faults0 := sysSecondsAndFaults()
-		start := time.Now()
-		if _, err := m.ForwardBackward(ctx, mb, cfg); err != nil {
+	loadRSS := peakRSSMiB()
+	var t trainTimes
+	if !o.sampleOnly {
+		if t, err = timedSteps(ctx, m, group, mb, cfg, o); err != nil {
 			return err
-		}
-		fb := time.Since(start) // ForwardBackward returns after its loss is read back, so the device is synchronised
-		cpu1 := cpuSeconds()
-		var ar time.Duration
-		if group != nil {
-			arStart := time.Now()
-			if sync, err = group.AllReduceGrads(ctx); err != nil {
-				return err
-			}
-			ar = time.Since(arStart)
-		}
-		if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
-			return err
-		}
-		if step > 0 { // step 0 warms up
-			elapsed += time.Since(start)
-			fwdBwd += fb
-			allReduce += ar
-			cpu += cpuSeconds() - cpu0
-			sys1, faults1 := sysSecondsAndFaults()
-			sys += sys1 - sys0
-			faults += faults1 - faults0
-			fbCPU += cpu1 - cpu0
 		}
 	}
 	seq := o.promptLen + o.complLen
 	res := result{
 		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
 		Params: m.Config().NumParams(), Vocab: V, LogprobPath: o.logprobPath, Rows: o.rows, SeqLen: seq,
+		PeakRSSLoadMiB: loadRSS,
 	}
 	if !o.sampleOnly && o.steps > 0 {
-		res.TrainTokensPerSec = float64(o.rows*seq*o.steps) / elapsed.Seconds()
-		res.TrainStepSeconds = elapsed.Seconds() / float64(o.steps)
-		res.TrainStepCPU = cpu / float64(o.steps)
-		res.TrainStepSys = sys / float64(o.steps)
-		res.TrainStepFaults = faults / float64(o.steps)
-		res.FwdBwdTokensPerS = float64(o.rows*seq*o.steps) / fwdBwd.Seconds()
-		res.FwdBwdCPU = fbCPU / float64(o.steps)
+		n := float64(o.steps)
+		tokens := float64(o.rows * seq * o.gradAccum * o.steps)
+		res.TrainTokensPerSec = tokens / t.elapsed.Seconds()
+		res.TrainStepSeconds = t.elapsed.Seconds() / n
+		res.TrainStepCPU = t.cpu / n
+		res.TrainStepSys = t.sys / n
+		res.TrainStepFaults = t.faults / n
+		res.FwdBwdTokensPerS = tokens / t.fwdBwd.Seconds()
+		res.FwdBwdCPU = t.fbCPU / n
+		res.GradAccum = o.gradAccum
+		if res.ParamBytes, res.GradBytes, res.OptimizerBytes, err = heldBytes(m); err != nil {
+			return err
+		}
 	}
 	if group != nil { // the step's time includes waiting for the slowest rank
 		res.WorldSize, res.Rank, res.Backend = o.worldSize, o.rank, group.Backend()
-		res.AllReduceSeconds = allReduce.Seconds() / float64(o.steps)
-		res.AllReduceBytes, res.AllReduceBuckets = sync.Bytes, sync.Buckets
-		res.AllReduceFraction = allReduce.Seconds() / elapsed.Seconds()
+		res.shardResult = &shardResult{Shard: shard.String()}
+		if !o.sampleOnly && o.steps > 0 {
+			setDist(&res, t, o)
+		}
 		res.PeakRSSMiB = peakRSSMiB()
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
@@ -264,6 +274,9 @@ func median(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
+// peakRSSMiB is the process's peak resident set so far (getrusage's
+// ru_maxrss: a high-water mark over the process's whole life, not the
+// current RSS), in MiB.
 func peakRSSMiB() float64 {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
