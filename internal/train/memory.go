@@ -1,6 +1,8 @@
 package train
 
 import (
+	"context"
+
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/grpo"
@@ -8,17 +10,35 @@ import (
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
-// measurePeakRSS starts a new peak of the process's resident memory; the
-// function it returns stores the peak since then in m (nothing where
-// procfs cannot tell: the metric is left out, never reported as 0).
-func measurePeakRSS(m *StepMetrics) func() {
+// deviceMemory is a policy whose device allocator can tell its peak
+// (worker.Model.DeviceMemory: CUDA).
+type deviceMemory interface {
+	DeviceMemory(ctx context.Context, resetPeak bool) (worker.DeviceMemory, bool, error)
+}
+
+// measurePeakMemory starts a new peak of the process's resident memory and,
+// where the policy's device allocator tells one (CUDA), of its allocated
+// bytes; the function it returns stores the peaks since then in m. A peak
+// nobody can tell is left out, never reported as 0.
+func measurePeakMemory(ctx context.Context, p trainPolicy, m *StepMetrics) func() {
 	files := memstat.Self()
-	if files.ResetPeak() != nil {
-		return func() {}
+	rss := files.ResetPeak() == nil
+	dev, _ := p.(deviceMemory)
+	if dev != nil {
+		if _, ok, err := dev.DeviceMemory(ctx, true); err != nil || !ok {
+			dev = nil
+		}
 	}
 	return func() {
-		if s, err := files.Read(); err == nil {
-			m.PeakRSS = max(m.PeakRSS, s.PeakRSS)
+		if rss {
+			if s, err := files.Read(); err == nil {
+				m.PeakRSS = max(m.PeakRSS, s.PeakRSS)
+			}
+		}
+		if dev != nil {
+			if d, ok, err := dev.DeviceMemory(context.WithoutCancel(ctx), false); err == nil && ok {
+				m.PeakAllocated = max(m.PeakAllocated, d.PeakAllocated)
+			}
 		}
 	}
 }

@@ -44,6 +44,10 @@ type StepMetrics struct {
 	// PeakRSS is the most resident memory the process held during the
 	// step's micro-steps and optimizer (0 where procfs cannot tell).
 	PeakRSS int64
+	// PeakAllocated is the most the device allocator held during the step
+	// (CUDA, libtorch 2.10 or later; torch.cuda.max_memory_allocated); 0
+	// where it cannot tell.
+	PeakAllocated int64
 	// AgentRollouts and PrefixBreaks: rollouts played by a user's agent,
 	// and the history rewrites among them (each one more trained row).
 	AgentRollouts, PrefixBreaks int
@@ -180,6 +184,9 @@ func (m StepMetrics) Map() map[string]float64 {
 		out["packing/padded_positions"] = float64(m.PaddedPositions)
 		out["packing/packed_positions"] = float64(m.PackedPositions)
 		out["packing/padding_saved"] = float64(m.PaddedPositions - m.PackedPositions)
+	}
+	if m.PeakAllocated > 0 {
+		out["memory/peak_allocated_bytes"] = float64(m.PeakAllocated)
 	}
 	if m.PeakRSS > 0 {
 		out["memory/peak_rss_bytes"] = float64(m.PeakRSS)

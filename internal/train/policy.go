@@ -45,6 +45,10 @@ func (p *workerPolicy) OptimizerStep(ctx context.Context, lr float64) (float64, 
 
 func (p *workerPolicy) DiscardGradients(ctx context.Context) error { return p.m.ZeroGrad(ctx) }
 
+func (p *workerPolicy) DeviceMemory(ctx context.Context, resetPeak bool) (worker.DeviceMemory, bool, error) {
+	return p.m.DeviceMemory(ctx, resetPeak)
+}
+
 // writeCheckpoint writes the weights (or the LoRA adapter) and the optimizer
 // state of step into dir (rank 0; with a sharded optimizer, after every
 // rank's saveShard of the same step).

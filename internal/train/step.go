@@ -146,7 +146,7 @@ type stepOutcome struct {
 // the update itself failed.
 func runOptimizerStep(ctx context.Context, p trainPolicy, src BatchSource, red gradReducer, ph stepPhases, step int, lr float64, m *StepMetrics) (stepOutcome, error) {
 	var out stepOutcome
-	defer measurePeakRSS(m)()
+	defer measurePeakMemory(ctx, p, m)()
 	for i := range ph.GA {
 		mb, err := src.NextMicroBatch(ctx, m)
 		if err != nil {

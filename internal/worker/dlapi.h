@@ -33,6 +33,7 @@ typedef struct {
   int (*decoder_release)(ort_decoder *, int64_t, char *, size_t);
   int (*decoder_forget)(ort_decoder *, const char *, char *, size_t);
   int (*decoder_stats)(ort_decoder *, ort_decoder_stats *, char *, size_t);
+  int (*device_memory)(ort_model *, int32_t, ort_device_memory_stats *, char *, size_t);
   int (*group_join)(ort_model *, const ort_group_options *, ort_group **, const volatile int32_t *, char *, size_t);
   void (*group_free)(ort_group *);
   int (*group_backend)(ort_group *, char *, size_t, char *, size_t);
@@ -78,6 +79,7 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(decoder_release, "ort_decoder_release")
   ORT_SYM(decoder_forget, "ort_decoder_forget")
   ORT_SYM(decoder_stats, "ort_decoder_get_stats")
+  ORT_SYM(device_memory, "ort_device_memory")
   ORT_SYM(group_join, "ort_group_join")
   ORT_SYM(group_free, "ort_group_free")
   ORT_SYM(group_backend, "ort_group_backend")
@@ -112,6 +114,7 @@ static inline int ort_call_decoder_step(ort_api *a, ort_decoder *d, ort_decode_e
 static inline int ort_call_decoder_release(ort_api *a, ort_decoder *d, int64_t s, char *e, size_t en) { return a->decoder_release(d, s, e, en); }
 static inline int ort_call_decoder_forget(ort_api *a, ort_decoder *d, const char *k, char *e, size_t en) { return a->decoder_forget(d, k, e, en); }
 static inline int ort_call_decoder_stats(ort_api *a, ort_decoder *d, ort_decoder_stats *s, char *e, size_t en) { return a->decoder_stats(d, s, e, en); }
+static inline int ort_call_device_memory(ort_api *a, ort_model *m, int32_t r, ort_device_memory_stats *o, char *e, size_t en) { return a->device_memory(m, r, o, e, en); }
 static inline int ort_call_group_join(ort_api *a, ort_model *m, const ort_group_options *o, ort_group **g, const volatile int32_t *c, char *e, size_t en) { return a->group_join(m, o, g, c, e, en); }
 static inline void ort_call_group_free(ort_api *a, ort_group *g) { a->group_free(g); }
 static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, size_t nn, char *e, size_t en) { return a->group_backend(g, nm, nn, e, en); }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"os"
@@ -129,5 +130,17 @@ func TestInfoJSONRoundTrip(t *testing.T) {
 		var out Info
 		require.NoError(t, json.Unmarshal(b, &out))
 		assert.Equal(t, in, out)
+	}
+}
+
+// TestDeviceMemoryOnCPU: a CPU model's allocator tells nothing (the
+// process's RSS is its memory), without an error.
+func TestDeviceMemoryOnCPU(t *testing.T) {
+	m := loadTiny(t, ModelOptions{})
+	for _, reset := range []bool{true, false} {
+		mem, ok, err := m.DeviceMemory(context.Background(), reset)
+		require.NoError(t, err)
+		assert.False(t, ok)
+		assert.Equal(t, DeviceMemory{}, mem)
 	}
 }

@@ -284,3 +284,29 @@ func (m *Model) ZeroGrad(ctx context.Context) error {
 	defer eb.free()
 	return m.call(eb, "zero grad", func() C.int { return C.ort_call_zero_grad(m.api, m.h, eb.p, errLen) })
 }
+
+// DeviceMemory is what the device allocator holds for a model's device.
+type DeviceMemory struct {
+	Allocated, PeakAllocated int64 // bytes now, and at most since the last reset
+}
+
+// DeviceMemory reads the device allocator's bytes (CUDA, with libtorch 2.10
+// or later: torch.cuda.memory_allocated and max_memory_allocated) and, with
+// resetPeak, starts a new peak. ok is false where the allocator cannot tell:
+// a CPU model (the process's RSS is its memory) or an older libtorch.
+func (m *Model) DeviceMemory(ctx context.Context, resetPeak bool) (mem DeviceMemory, ok bool, err error) {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return DeviceMemory{}, false, err
+	}
+	defer unlock()
+	eb := newErrBuf()
+	defer eb.free()
+	var out C.ort_device_memory_stats
+	if err := m.call(eb, "device memory", func() C.int {
+		return C.ort_call_device_memory(m.api, m.h, cbool(resetPeak), &out, eb.p, errLen)
+	}); err != nil {
+		return DeviceMemory{}, false, err
+	}
+	return DeviceMemory{Allocated: int64(out.allocated), PeakAllocated: int64(out.peak_allocated)}, out.available != 0, nil
+}

@@ -362,6 +362,13 @@ int ort_decoder_get_stats(ort_decoder* d, ort_decoder_stats* stats, char* err, s
   });
 }
 
+int ort_device_memory(ort_model* h, int32_t reset_peak, ort_device_memory_stats* out, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (out == nullptr) throw std::runtime_error("device memory: nil output");
+    *out = ort::device_memory(model(h), reset_peak != 0);
+  });
+}
+
 int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, const volatile int32_t* cancel,
                    char* err, size_t err_len) {
   return guard(err, err_len, [&] {

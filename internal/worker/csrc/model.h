@@ -283,6 +283,9 @@ at::Tensor read_tensor(Model& m, int32_t kind, const std::string& name);
 // write_tensor overwrites or loads one tensor, checking its shape.
 void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Tensor& src);
 
+// device_memory.cpp
+ort_device_memory_stats device_memory(const Model& m, bool reset_peak);
+
 // train.cpp
 double optimizer_step(Model& m, double lr);
 void zero_grad(Model& m);

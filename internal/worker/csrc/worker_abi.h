@@ -232,6 +232,16 @@ int ort_forward_backward(ort_model *m, const ort_batch *b, const ort_loss_config
 /* Clips by global norm, applies AdamW at lr, zeroes gradients. */
 int ort_optimizer_step(ort_model *m, double lr, double *grad_norm, char *err, size_t err_len);
 int ort_zero_grad(ort_model *m, char *err, size_t err_len);
+
+/* The device allocator's bytes for m's device (CUDA, libtorch >= 2.10):
+ * allocated now and the peak since the last reset; available 0 where the
+ * allocator cannot tell (CPU: use the process's RSS). reset_peak != 0 starts
+ * a new peak after reading. */
+typedef struct {
+  int32_t available;
+  int64_t allocated, peak_allocated;
+} ort_device_memory_stats;
+int ort_device_memory(ort_model *m, int32_t reset_peak, ort_device_memory_stats *out, char *err, size_t err_len);
 int ort_sample(ort_model *m, const ort_sample_request *reqs, int32_t n, ort_sample_result *out,
                const volatile int32_t *cancel, char *err, size_t err_len);
 
