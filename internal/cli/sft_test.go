@@ -36,44 +36,51 @@ worker:
 }
 
 // TestSFTDataParallelMatchesOneRank: `sft --nproc-per-node 2` (real
-// processes on Gloo) with 2 rows per rank trains as one rank with 4.
+// processes on Gloo) with 2 rows per rank trains as one rank with 4,
+// unsharded and with the optimizer sharded (ZeRO stage 2), whose checkpoint
+// holds the same whole AdamW state.
 func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 	f := newDDPFixture(t)
 	data := filepath.Join(f.work, "demos.jsonl")
 	code, _, errOut := execCLI(t, nil, "env", "demos", "lockbox", "--n", "24", "--skill", "0.5", "--out", data)
 	require.Equal(t, ExitOK, code, errOut)
-	write := func(name string, batch int) (string, string) {
+	write := func(name string, batch int, extra string) (string, string) {
 		dir := filepath.Join(f.work, name)
 		cfg := filepath.Join(f.work, name+".yaml")
-		require.NoError(t, os.WriteFile(cfg, []byte(sftConfigYAML(f.modelDir, dir, data, batch, 3)), 0o644))
+		require.NoError(t, os.WriteFile(cfg, []byte(sftConfigYAML(f.modelDir, dir, data, batch, 3)+extra), 0o644))
 		return cfg, dir
 	}
-	cfg1, dir1 := write("sft-1rank", 4)
+	cfg1, dir1 := write("sft-1rank", 4, "")
 	runOrtrain(t, f.bin, f.lib, "sft", "--config", cfg1)
-	cfg2, dir2 := write("sft-2ranks", 2)
-	runOrtrain(t, f.bin, f.lib, "sft", "--config", cfg2, "--nproc-per-node", "2")
+	for _, shard := range []string{"none", "gradients"} {
+		t.Run("shard="+shard, func(t *testing.T) {
+			cfg2, dir2 := write("sft-2ranks-"+shard, 2, shardYAML(shard))
+			runOrtrain(t, f.bin, f.lib, "sft", "--config", cfg2, "--nproc-per-node", "2")
 
-	one, two := metricsRows(t, dir1), metricsRows(t, dir2)
-	require.Len(t, one, 3)
-	require.Len(t, two, 3)
-	for i := range one {
-		for _, k := range []string{"loss", "mean_token_accuracy", "grad_norm"} {
-			assert.InDelta(t, one[i][k], two[i][k], 1e-5*max(1, math.Abs(one[i][k])), "%s of step %d", k, i+1)
-		}
-		assert.Equal(t, one[i]["num_tokens"], two[i]["num_tokens"], "step %d", i+1)
+			one, two := metricsRows(t, dir1), metricsRows(t, dir2)
+			require.Len(t, one, 3)
+			require.Len(t, two, 3)
+			for i := range one {
+				for _, k := range []string{"loss", "mean_token_accuracy", "grad_norm"} {
+					assert.InDelta(t, one[i][k], two[i][k], 1e-5*max(1, math.Abs(one[i][k])), "%s of step %d", k, i+1)
+				}
+				assert.Equal(t, one[i]["num_tokens"], two[i]["num_tokens"], "step %d", i+1)
+			}
+			a, b := finalTensors(t, dir1, 3, false), finalTensors(t, dir2, 3, false)
+			require.Equal(t, len(a), len(b))
+			worst := 0.0
+			for name, va := range a {
+				vb := b[name]
+				require.Len(t, vb, len(va), name)
+				for i := range va {
+					worst = max(worst, math.Abs(float64(va[i])-float64(vb[i])))
+				}
+			}
+			assert.LessOrEqual(t, worst, 1e-5)
+			requireSameOptimizer(t, dir1, dir2, 3)
+			assert.FileExists(t, filepath.Join(dir2, "ranks", "rank-1.log"))
+		})
 	}
-	a, b := finalTensors(t, dir1, 3, false), finalTensors(t, dir2, 3, false)
-	require.Equal(t, len(a), len(b))
-	worst := 0.0
-	for name, va := range a {
-		vb := b[name]
-		require.Len(t, vb, len(va), name)
-		for i := range va {
-			worst = max(worst, math.Abs(float64(va[i])-float64(vb[i])))
-		}
-	}
-	assert.LessOrEqual(t, worst, 1e-5)
-	assert.FileExists(t, filepath.Join(dir2, "ranks", "rank-1.log"))
 }
 
 func TestSFTUsageErrors(t *testing.T) {

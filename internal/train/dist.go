@@ -126,6 +126,15 @@ func rankDevice(device string, gpus []int, w launch.World, getenv func(string) s
 	return fmt.Sprintf("cuda:%d", gpus[w.LocalRank]), nil
 }
 
+// noteShardAlone warns that worker.shard does nothing in a run of one
+// rank: there is nobody to spread the optimizer over.
+func noteShardAlone(cfg *config.Config, ro RunOptions) {
+	if cfg.Worker.Shard != "" && cfg.Worker.Shard != "none" {
+		ro.Logger.Warn().Str("worker.shard", cfg.Worker.Shard).
+			Msg("one rank holds the whole optimizer: worker.shard spreads it over the ranks of a data-parallel run (--nproc-per-node N, or a launcher's RANK and WORLD_SIZE)")
+	}
+}
+
 // joinGroup joins the run's process group through rank 0's store and
 // makes every rank start from rank 0's trainable weights.
 func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy) (*worker.Group, error) {

@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 			if ro.World.Distributed() {
 				return startRankEngine(ctx, cfg, modelDir, p, ro, st)
 			}
+			noteShardAlone(cfg, ro)
 			return startEngine(ctx, cfg, modelDir, p, ro)
 		},
 	})

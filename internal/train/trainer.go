@@ -117,6 +117,8 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 		if t.group, err = joinGroup(ctx, cfg, ro.World, t.policy); err != nil {
 			return nil, err
 		}
+	} else {
+		noteShardAlone(cfg, ro)
 	}
 	if ro.Overwrite && ro.rank0() {
 		if err := clearEarlierRun(cfg.OutputDir, ro.World.Distributed()); err != nil {
