@@ -299,7 +299,7 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// floats decodes little-endian F32 or F64 tensor bytes.
+// floats decodes little-endian F32, F64 or BF16 tensor bytes.
 func floats(t *testing.T, dtype model.DType, b []byte) []float64 {
 	t.Helper()
 	switch dtype {
@@ -313,6 +313,12 @@ func floats(t *testing.T, dtype model.DType, b []byte) []float64 {
 		out := make([]float64, len(b)/8)
 		for i := range out {
 			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		return out
+	case model.BF16: // the upper half of a float32
+		out := make([]float64, len(b)/2)
+		for i := range out {
+			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
 		}
 		return out
 	}

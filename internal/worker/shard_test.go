@@ -73,7 +73,8 @@ func maxFileDiff(t *testing.T, a, b string) float64 {
 // AdamW state (each rank's slice merged back into one file) match the
 // single process's: in float64 to summation order (1e-9), in float32 to its
 // noise, and each rank holds 1/P of the optimizer state (stage 2: of the
-// gradients too) give or take a bucket.
+// gradients too) give or take a bucket; bfloat16 runs the 16-bit path
+// (float32 on the wire, slices and state in bfloat16).
 //
 // The float32 bounds are those of float32 data parallelism itself, sharded
 // or not: AdamW divides each gradient by its own running RMS, so an element
@@ -86,7 +87,7 @@ func TestShardedMatchesOneProcess(t *testing.T) {
 		for _, world := range []int{2, 4} {
 			for _, loss := range []grpo.LossType{grpo.LossGRPO, grpo.LossDAPO} {
 				for _, lora := range []bool{false, true} {
-					for _, dtype := range []string{"float64", "float32"} {
+					for _, dtype := range []string{"float64", "float32", "bfloat16"} {
 						kind := map[bool]string{false: "full", true: "lora"}[lora]
 						name := fmt.Sprintf("%s/%dranks/%s/%s/%s", stage, world, strings.ToLower(loss.String()), kind, dtype)
 						t.Run(name, func(t *testing.T) { checkSharded(t, stage, world, loss, lora, dtype) })
@@ -101,8 +102,15 @@ func checkSharded(t *testing.T, stage ShardStage, world int, loss grpo.LossType,
 	ctx := context.Background()
 	opts := distModel{Dir: tinyDir(t, 1), DType: dtype, Seed: 1, LoRA: lora}
 	weightTol, lossTol := 1e-9, 1e-9
-	if dtype == "float32" {
+	switch dtype {
+	case "float32":
 		weightTol, lossTol = 2e-4, 1e-5
+	case "bfloat16":
+		// bfloat16 is its own noise floor: a weight of 0.02 moves in steps
+		// of 1e-4 and AdamW's normalised update (lr 1e-3) flips with them.
+		// The bounds say the runs did not part ways; float32 and float64
+		// above are the numerics.
+		weightTol, lossTol = 1e-2, 5e-3
 	}
 	dir := t.TempDir()
 	files := make([]string, world)

@@ -72,7 +72,7 @@ struct ShardBucket {
   std::vector<size_t> params;  // indices into Model::params, in order
   int64_t numel = 0, chunk = 0, lo = 0, hi = 0;
   std::vector<ShardPiece> pieces;
-  at::Tensor grad;                 // [hi - lo] in the wire dtype: the slice of the averaged gradient
+  at::Tensor grad;                 // [hi - lo] in the tensors' dtype: the slice of the averaged gradient
   at::Tensor exp_avg, exp_avg_sq;  // [hi - lo] in the tensors' dtype, allocated at the first update
 };
 

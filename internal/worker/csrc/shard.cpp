@@ -238,8 +238,12 @@ ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel) {
     auto& p = pending.front();
     await(g, p.work, p.name, cancel);
     auto mine = finish_reduce_scatter(g, p.flat, p.out, p.b->chunk).narrow(0, 0, p.b->hi - p.b->lo);
-    if (!p.b->grad.defined()) p.b->grad = at::zeros({p.b->hi - p.b->lo}, mine.options());
-    p.b->grad.add_(mine, 1.0 / g.size);
+    // The slice keeps the tensors' dtype, as autograd's accumulated
+    // gradients do: a 16-bit model's slice is rounded once, as the unsharded
+    // path rounds its average back into the gradients.
+    const auto dtype = params[p.b->params.front()].second.scalar_type();
+    if (!p.b->grad.defined()) p.b->grad = at::zeros({p.b->hi - p.b->lo}, mine.options().dtype(dtype));
+    p.b->grad.add_(cast(mine.div(g.size), dtype));
     pending.pop_front();
   };
   for (size_t k = 0; k < sh.buckets.size(); k++) {
