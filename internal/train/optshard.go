@@ -28,29 +28,32 @@ func shardStagingDir(outputDir string) string {
 
 // optimizerShards writes and merges one rank's optimizer slices.
 type optimizerShards struct {
-	dir   string // shardStagingDir of the run
-	group *worker.Group
+	dir         string // shardStagingDir of the run
+	rank, world int
+	// save writes this rank's slice (worker.Group.SaveOptimizerShard).
+	save func(ctx context.Context, path string) error
 	// poll is how often rank 0 looks for the other ranks' slices.
 	poll time.Duration
 }
 
 func newOptimizerShards(outputDir string, g *worker.Group) *optimizerShards {
-	return &optimizerShards{dir: shardStagingDir(outputDir), group: g, poll: 50 * time.Millisecond}
+	return &optimizerShards{dir: shardStagingDir(outputDir), rank: g.Rank(), world: g.WorldSize(),
+		save: g.SaveOptimizerShard, poll: 50 * time.Millisecond}
 }
 
 func (s *optimizerShards) stepDir(step int) string { return filepath.Join(s.dir, checkpointName(step)) }
 
 func (s *optimizerShards) path(step, rank int) string {
-	return filepath.Join(s.stepDir(step), fmt.Sprintf("rank-%d-of-%d.safetensors", rank, s.group.WorldSize()))
+	return filepath.Join(s.stepDir(step), fmt.Sprintf("rank-%d-of-%d.safetensors", rank, s.world))
 }
 
 // write leaves this rank's slice of step's optimizer state (atomically).
 func (s *optimizerShards) write(ctx context.Context, step int) error {
 	if err := os.MkdirAll(s.stepDir(step), 0o755); err != nil {
-		return fmt.Errorf("optimizer slice of rank %d: %w", s.group.Rank(), err)
+		return fmt.Errorf("optimizer slice of rank %d: %w", s.rank, err)
 	}
-	if err := s.group.SaveOptimizerShard(ctx, s.path(step, s.group.Rank())); err != nil {
-		return fmt.Errorf("optimizer slice of rank %d: %w", s.group.Rank(), err)
+	if err := s.save(ctx, s.path(step, s.rank)); err != nil {
+		return fmt.Errorf("optimizer slice of rank %d: %w", s.rank, err)
 	}
 	return nil
 }
@@ -66,10 +69,15 @@ func (e *MissingShardError) Error() string {
 	return fmt.Sprintf("rank %d's optimizer slice of step %d never appeared at %s: is that rank alive, and does it see output_dir (shared storage when ranks run on several machines)?", e.Rank, e.Step, e.Path)
 }
 
-// merge waits until every rank's slice of step is there, merges them into
-// dst (the unsharded format) and removes the step's staging directory.
-func (s *optimizerShards) merge(ctx context.Context, m *worker.Model, step int, dst string) error {
-	paths := make([]string, s.group.WorldSize())
+// merge waits until every rank's slice of step is there and merges them
+// into dst (the unsharded format).
+// merger is the model that merges slices (worker.Model).
+type merger interface {
+	MergeOptimizerShards(ctx context.Context, dst string, shards []string) error
+}
+
+func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst string) error {
+	paths := make([]string, s.world)
 	for r := range paths {
 		paths[r] = s.path(step, r)
 		for {
@@ -85,10 +93,29 @@ func (s *optimizerShards) merge(ctx context.Context, m *worker.Model, step int, 
 			}
 		}
 	}
-	if err := m.MergeOptimizerShards(ctx, dst, paths); err != nil {
+	return m.MergeOptimizerShards(ctx, dst, paths)
+}
+
+// published drops the staged slices of step and earlier once its checkpoint
+// is in place: until then a failed save can be retried from them (the other
+// ranks wrote theirs once).
+func (s *optimizerShards) published(step int) error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
 		return err
 	}
-	return os.RemoveAll(s.stepDir(step))
+	for _, e := range entries {
+		var n int
+		if _, err := fmt.Sscanf(e.Name(), "step-%d", &n); err == nil && n <= step {
+			if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // clearStaging removes slices an earlier process of the run left behind

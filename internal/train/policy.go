@@ -75,6 +75,19 @@ func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string, step int
 	return nil
 }
 
+// checkpointPublished runs once step's checkpoint is in place (rank 0): the
+// optimizer slices it merged are no longer needed. Callers treat an error
+// as harmless (the checkpoint is saved; the next run clears the slices).
+func (p *workerPolicy) checkpointPublished(step int) error {
+	if p.shards == nil {
+		return nil
+	}
+	if err := p.shards.published(step); err != nil {
+		return fmt.Errorf("remove the merged optimizer slices of step %d: %w", step, err)
+	}
+	return nil
+}
+
 // saveShard is the part of step's checkpoint a rank other than 0 writes:
 // its optimizer slice when the optimizer is sharded, else nothing.
 func (p *workerPolicy) saveShard(ctx context.Context, step int) error {

@@ -320,7 +320,7 @@ func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *ste
 // state and the round later steps still train on.
 func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPolicy) (string, error) {
 	st := loop.State()
-	return writeCheckpoint(dir, st.Step, st, func(tmp string) error {
+	path, err := writeCheckpoint(dir, st.Step, st, func(tmp string) error {
 		if err := p.writeCheckpoint(ctx, tmp, st.Step); err != nil {
 			return err
 		}
@@ -333,6 +333,15 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 		}
 		return writeRound(tmp, loop.PendingRound())
 	})
+	if err != nil {
+		return "", err
+	}
+	if wp, ok := p.(*workerPolicy); ok {
+		// Best effort: the checkpoint is saved, and the next run's rank 0
+		// clears whatever slices stay.
+		_ = wp.checkpointPublished(st.Step)
+	}
+	return path, nil
 }
 
 // wireHooks connects the loop to the run directory and the caller.

@@ -255,9 +255,14 @@ func (t *Trainer) SaveCheckpoint(ctx context.Context, step int, state any) (stri
 	if !t.ro.rank0() {
 		return "", t.policy.saveShard(ctx, step)
 	}
-	return writeCheckpoint(t.cfg.OutputDir, step, state, func(tmp string) error {
+	path, err := writeCheckpoint(t.cfg.OutputDir, step, state, func(tmp string) error {
 		return t.policy.writeCheckpoint(ctx, tmp, step)
 	})
+	if err != nil {
+		return "", err
+	}
+	_ = t.policy.checkpointPublished(step) // best effort, as in run's saveCheckpoint
+	return path, nil
 }
 
 // CheckpointModel is where a checkpoint keeps what `ortrain run --model`
