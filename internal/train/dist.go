@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/internal/reward"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"
+	"github.com/rs/zerolog"
 )
 
 // Data parallelism (grpo-reference.md §1, §4): every rank draws the same
@@ -71,7 +72,7 @@ type replicaAddress struct {
 // launched by rank 0; the other ranks learn their URLs and key through the
 // group and sample from them too, following rank 0's weight pushes.
 func startRankEngine(ctx context.Context, cfg *config.Config, modelDir string, p *workerPolicy, ro RunOptions, st *stack) (engine.Generator, error) {
-	g, err := joinGroup(ctx, cfg, ro.World, p)
+	g, err := joinGroup(ctx, cfg, ro.World, p, ro.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func noteShardAlone(cfg *config.Config, ro RunOptions) {
 
 // joinGroup joins the run's process group through rank 0's store and
 // makes every rank start from rank 0's trainable weights.
-func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy) (*worker.Group, error) {
+func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy, log zerolog.Logger) (*worker.Group, error) {
 	shard, err := worker.ParseShardStage(cfg.Worker.Shard)
 	if err != nil {
 		return nil, &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard, Allowed: "none, optimizer or gradients"}
@@ -162,7 +163,9 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
 	}
 	if shard != worker.ShardNone {
-		p.shards = newOptimizerShards(cfg.OutputDir, g)
+		p.shards = newOptimizerShards(cfg.OutputDir, g, log)
+		log.Info().Str("stage", shard.String()).Int("ranks", w.WorldSize).
+			Msg("optimizer sharded: this rank keeps the AdamW state of its slice of every gradient bucket")
 	}
 	return g, nil
 }

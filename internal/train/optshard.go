@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -32,13 +34,15 @@ type optimizerShards struct {
 	rank, world int
 	// save writes this rank's slice (worker.Group.SaveOptimizerShard).
 	save func(ctx context.Context, path string) error
-	// poll is how often rank 0 looks for the other ranks' slices.
-	poll time.Duration
+	// poll is how often rank 0 looks for the other ranks' slices; after
+	// patience without one it says whom it waits for.
+	poll, patience time.Duration
+	log              zerolog.Logger
 }
 
-func newOptimizerShards(outputDir string, g *worker.Group) *optimizerShards {
+func newOptimizerShards(outputDir string, g *worker.Group, log zerolog.Logger) *optimizerShards {
 	return &optimizerShards{dir: shardStagingDir(outputDir), rank: g.Rank(), world: g.WorldSize(),
-		save: g.SaveOptimizerShard, poll: 50 * time.Millisecond}
+		save: g.SaveOptimizerShard, poll: 50 * time.Millisecond, patience: 5 * time.Second, log: log}
 }
 
 func (s *optimizerShards) stepDir(step int) string { return filepath.Join(s.dir, checkpointName(step)) }
@@ -78,13 +82,21 @@ type merger interface {
 
 func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst string) error {
 	paths := make([]string, s.world)
+	start := time.Now()
 	for r := range paths {
 		paths[r] = s.path(step, r)
+		told := false
 		for {
 			if _, err := os.Stat(paths[r]); err == nil {
 				break
 			} else if !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("optimizer slice of rank %d: %w", r, err)
+			}
+			if !told && s.patience > 0 && time.Since(start) > s.patience {
+				deadline, _ := ctx.Deadline()
+				s.log.Info().Int("rank", r).Int("step", step).Str("path", paths[r]).Time("until", deadline).
+					Msg("checkpoint waits for another rank's optimizer slice")
+				told = true
 			}
 			select {
 			case <-ctx.Done():

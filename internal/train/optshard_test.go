@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -26,8 +28,10 @@ func (m *recordingMerger) MergeOptimizerShards(_ context.Context, _ string, shar
 
 func TestOptimizerShardsMergeWaitsForEveryRank(t *testing.T) {
 	out := t.TempDir()
+	var logged bytes.Buffer
 	rank := func(r int) *optimizerShards {
-		return &optimizerShards{dir: shardStagingDir(out), rank: r, world: 3, save: fileSave, poll: time.Millisecond}
+		return &optimizerShards{dir: shardStagingDir(out), rank: r, world: 3, save: fileSave, poll: time.Millisecond,
+			patience: 10 * time.Millisecond, log: zerolog.New(&logged)}
 	}
 	for _, r := range []int{0, 1} {
 		require.NoError(t, rank(r).write(context.Background(), 4))
@@ -44,6 +48,7 @@ func TestOptimizerShardsMergeWaitsForEveryRank(t *testing.T) {
 	assert.Equal(t, 2, missing.Rank)
 	assert.Equal(t, 4, missing.Step)
 	assert.Nil(t, m.shards, "nothing merged without every slice")
+	assert.Contains(t, logged.String(), `"rank":2`, "a long wait says whom it waits for")
 
 	// It comes a little later: merge takes all three, in rank order.
 	go func() {

@@ -114,7 +114,7 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 		return nil, err
 	}
 	if ro.World.Distributed() {
-		if t.group, err = joinGroup(ctx, cfg, ro.World, t.policy); err != nil {
+		if t.group, err = joinGroup(ctx, cfg, ro.World, t.policy, ro.Logger); err != nil {
 			return nil, err
 		}
 	} else {
