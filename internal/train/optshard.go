@@ -37,7 +37,7 @@ type optimizerShards struct {
 	// poll is how often rank 0 looks for the other ranks' slices; after
 	// patience without one it says whom it waits for.
 	poll, patience time.Duration
-	log              zerolog.Logger
+	log            zerolog.Logger
 }
 
 func newOptimizerShards(outputDir string, g *worker.Group, log zerolog.Logger) *optimizerShards {
