@@ -63,11 +63,7 @@ func policyFootprint(m tensorLister) (footprint, error) {
 		if err != nil {
 			return 0, err
 		}
-		var n int64
-		for _, t := range ts {
-			n += tensorBytes(t)
-		}
-		return n, nil
+		return worker.TensorBytes(ts), nil
 	}
 	var err error
 	if f.Params, err = sum(worker.KindWeight); err != nil {
@@ -85,14 +81,6 @@ func policyFootprint(m tensorLister) (footprint, error) {
 		return f, err
 	}
 	return f, nil
-}
-
-func tensorBytes(t worker.TensorInfo) int64 {
-	n := int64(t.DType.Size())
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return n
 }
 
 // logFootprint reports the policy's memory by kind (each rank its own).

@@ -354,11 +354,7 @@ func trainableBytes(t *testing.T, m *Model) int64 {
 	t.Helper()
 	ts, err := m.Tensors(KindGrad)
 	require.NoError(t, err)
-	var n int64
-	for _, ti := range ts {
-		n += model.TensorSpec{DType: ti.DType, Shape: ti.Shape}.ByteLen()
-	}
-	return n
+	return TensorBytes(ts)
 }
 
 // TestDataParallelMatchesOneProcess trains 2 ranks x 4 rows against 1

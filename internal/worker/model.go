@@ -411,6 +411,19 @@ type TensorInfo struct {
 	Shape []int64
 }
 
+// Bytes is the tensor's size in bytes.
+func (t TensorInfo) Bytes() int64 { return model.TensorSpec{DType: t.DType, Shape: t.Shape}.ByteLen() }
+
+// TensorBytes is the size of a listing's tensors (Model.Tensors) in bytes:
+// what a model holds of that kind.
+func TensorBytes(ts []TensorInfo) int64 {
+	var n int64
+	for _, t := range ts {
+		n += t.Bytes()
+	}
+	return n
+}
+
 // Tensors lists the tensors of a kind, in a stable order.
 func (m *Model) Tensors(kind TensorKind) ([]TensorInfo, error) {
 	m.mu.Lock()

@@ -20,20 +20,12 @@ import (
 // buckets, so slices start and end inside tensors.
 const shardBucketBytes = 16 << 10
 
-// kindBytes adds up the bytes a model lists for kind, leaving out the
-// optimizer's step counter.
+// kindBytes is what a model holds of kind.
 func kindBytes(t *testing.T, m *Model, kind TensorKind) int64 {
 	t.Helper()
 	ts, err := m.Tensors(kind)
 	require.NoError(t, err)
-	var n int64
-	for _, ti := range ts {
-		if kind == KindOptim && ti.Name == "step" {
-			continue
-		}
-		n += model.TensorSpec{DType: ti.DType, Shape: ti.Shape}.ByteLen()
-	}
-	return n
+	return TensorBytes(ts)
 }
 
 // maxFileDiff is the largest element difference between two optimizer

@@ -119,27 +119,16 @@ func setDist(res *result, t trainTimes, o options) {
 
 // heldBytes is what m holds of each kind after training: the trainable
 // parameters (all weights; the benchmark does not train LoRA), their
-// gradients and the optimizer state (AdamW's moments; the step counter
-// is left out). Under a shard the optimizer state, and at ShardGradients
-// the gradients, are this rank's slices.
+// gradients and the optimizer state (AdamW's moments and step counter).
+// Under a shard the optimizer state, and at ShardGradients the gradients,
+// are this rank's slices.
 func heldBytes(m *worker.Model) (params, grads, optim int64, err error) {
 	sum := func(kind worker.TensorKind) (int64, error) {
 		infos, err := m.Tensors(kind)
 		if err != nil {
 			return 0, err
 		}
-		var total int64
-		for _, ti := range infos {
-			if kind == worker.KindOptim && ti.Name == "step" {
-				continue
-			}
-			n := int64(ti.DType.Size())
-			for _, d := range ti.Shape {
-				n *= d
-			}
-			total += n
-		}
-		return total, nil
+		return worker.TensorBytes(infos), nil
 	}
 	if params, err = sum(worker.KindWeight); err != nil {
 		return

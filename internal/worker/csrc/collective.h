@@ -37,10 +37,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // DDP's bucket_cap_mb default
 
-// How a group reduce-scatters (shard.cpp): not yet, with the backend's own
-// collective (NCCL), or built from an all-reduce (Gloo).
-enum class ReduceScatter { kUntried, kNative, kAllReduce };
-
 struct Group {
   // Declared before pg, so destroyed after it: the backend may still use the
   // store while it shuts down.
@@ -52,7 +48,6 @@ struct Group {
   milliseconds timeout{0};
   int64_t bucket_bytes = kDefaultBucketBytes;
   int32_t shard = ORT_SHARD_NONE;  // ZeRO stage of the model's optimizer (ORT_SHARD_*)
-  ReduceScatter reduce_scatter = ReduceScatter::kUntried;
   std::string broken;  // why the group is unusable, after a failed collective
 };
 

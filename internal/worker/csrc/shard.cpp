@@ -106,19 +106,18 @@ at::Tensor bucket_grads(const Group& g, Model& m, const ShardBucket& b) {
   return padded(flat, b.chunk * g.size);
 }
 
+// native_reduce_scatter says whether g's backend reduce-scatters itself:
+// NCCL does. Gloo has no reduce-scatter in libtorch 1.13, and the one
+// libtorch 2.14's Gloo accepts never completed between two local ranks
+// (reduce_scatter and _reduce_scatter_base alike, one bucket or many), so
+// on Gloo it is built from an all-reduce.
+bool native_reduce_scatter(const Group& g) { return g.backend == "nccl"; }
+
 // start_reduce_scatter starts the sum of every rank's flat into out, this
-// rank's chunk of it: with the backend's own collective on NCCL, else by an
-// all-reduce of flat itself (finish_reduce_scatter then takes the chunk).
-// Gloo has none in libtorch 1.13, and the one libtorch 2.14's Gloo accepts
-// never completed between two local ranks (reduce_scatter and
-// _reduce_scatter_base alike, one bucket or many), so Gloo always takes the
-// all-reduce.
+// rank's chunk of it; without a native one, by an all-reduce of flat itself
+// (finish_reduce_scatter then takes the chunk).
 c10::intrusive_ptr<c10d::Work> start_reduce_scatter(Group& g, at::Tensor& flat, at::Tensor& out, const std::string& op) {
-  if (g.backend != "nccl") {
-    g.reduce_scatter = ReduceScatter::kAllReduce;
-    return start_allreduce(g, flat, op);
-  }
-  g.reduce_scatter = ReduceScatter::kNative;
+  if (!native_reduce_scatter(g)) return start_allreduce(g, flat, op);
   c10d::ReduceScatterOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
   o.timeout = backend_timeout(g.timeout);
@@ -130,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> start_reduce_scatter(Group& g, at::Tensor& flat, 
 }
 
 at::Tensor finish_reduce_scatter(const Group& g, const at::Tensor& flat, const at::Tensor& out, int64_t chunk) {
-  if (g.reduce_scatter == ReduceScatter::kNative) return out;
+  if (native_reduce_scatter(g)) return out;
   return flat.narrow(0, g.rank * chunk, chunk);
 }
 
@@ -253,14 +252,14 @@ ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel) {
     Pending p{&b, bucket_grads(g, m, b), {}, {}, "reduce-scatter bucket " + std::to_string(k + 1) + " of " +
                                                     std::to_string(sh.buckets.size())};
     for (auto i : b.params) params[i].second.mutable_grad() = at::Tensor();
-    if (g.backend == "nccl") p.out = at::empty({b.chunk}, p.flat.options());
+    if (native_reduce_scatter(g)) p.out = at::empty({b.chunk}, p.flat.options());
     p.work = start_reduce_scatter(g, p.flat, p.out, p.name);
     out.bytes += p.flat.nbytes();
     out.buckets++;
     pending.push_back(std::move(p));
   }
   while (!pending.empty()) finish();
-  out.emulated = g.reduce_scatter == ReduceScatter::kAllReduce ? 1 : 0;
+  out.emulated = native_reduce_scatter(g) ? 0 : 1;
   for (auto& p : params) p.second.mutable_grad() = at::Tensor();  // a bucket no rank had a gradient for
   forget_listings(m);
   return out;
