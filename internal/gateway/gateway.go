@@ -227,6 +227,8 @@ func (g *Gateway) route(base string, wrap func(endpoint) http.HandlerFunc) {
 	g.mux.HandleFunc("POST "+base+"/chat/completions", wrap(g.handleChat))
 	g.mux.HandleFunc("POST "+base+"/completions", wrap(g.handleText))
 	g.mux.HandleFunc("GET "+base+"/models", wrap(g.handleModels))
+	g.mux.HandleFunc("POST "+base+"/responses", wrap(g.handleResponses))
+	g.mux.HandleFunc("POST "+base+"/messages", wrap(g.handleMessages))
 }
 
 // Handler returns the HTTP handler of every route.
@@ -359,11 +361,16 @@ func (g *Gateway) keyOwner(r *http.Request) *rollout {
 // (none, or a made-up one).
 func (g *Gateway) Unauthorized() int64 { return g.unauthorized.Load() }
 
-// authorized compares the bearer token with the tenant's key in constant
-// time. The key is never logged.
+// authorized compares the presented key with the tenant's in constant
+// time: a bearer token (OpenAI's clients, ANTHROPIC_AUTH_TOKEN) or an
+// x-api-key header (Anthropic's clients with ANTHROPIC_API_KEY). The key is
+// never logged.
 func (ro *rollout) authorized(r *http.Request) bool {
 	if ro.key == nil {
 		return true
+	}
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(k)), ro.key) == 1
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
