@@ -83,7 +83,7 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 	id := fmt.Sprintf("%s-%d", r.prefix, r.seq.Add(1))
 	// The tenant generates under ctx's values: with async rounds the
 	// trainer names there the sampler copy (policy version) of the round.
-	key, rec, err := r.gw.OpenFor(ctx, id, task.Version)
+	key, rec, err := r.gw.OpenFor(ctx, id, gateway.Tenant{Version: task.Version, Seed: task.Seed})
 	if err != nil {
 		tr.Outcome, tr.Err = rollout.OutcomeGenError, fmt.Errorf("open gateway tenant: %w", err)
 		return tr

@@ -34,6 +34,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -139,6 +140,10 @@ type rollout struct {
 	// the context whose values generation sees (nil: the request's only).
 	version *int
 	values  context.Context
+	// seed is the base every call's seed derives from (callSeed): the
+	// rollout's seed, or a random one. 0 (the single tenant) leaves a
+	// request without a seed to the backend, which draws one.
+	seed int64
 }
 
 // generationContext is ctx (a request's: its deadline and cancellation)
@@ -240,28 +245,45 @@ func RolloutPath(id string) string { return "/rollouts/" + id + "/v1" }
 
 // Open starts a rollout: its calls are served under RolloutPath(id) with
 // the returned key and recorded in the returned Recorder, each stamped with
-// Options.WeightVersion at dispatch.
+// Options.WeightVersion at dispatch and sampled with a seed of its own
+// (from a random base).
 func (g *Gateway) Open(id string) (key string, rec *Recorder, err error) {
-	return g.open(context.Background(), id, nil)
+	return g.open(context.Background(), id, nil, 0)
+}
+
+// Tenant is what a rollout's calls are served with.
+type Tenant struct {
+	// Version is the policy version stamped on every call.
+	Version int
+	// Seed is the rollout's seed: call n samples with a seed derived from
+	// it and n, so a rollout is reproducible and every rollout of a group
+	// samples differently whatever seed its agent sends (0: a random base).
+	Seed int64
 }
 
 // OpenFor starts a rollout served by one policy version: its calls are
-// stamped with version, and generate under a context that carries ctx's
-// values (not its cancellation), so an engine that keeps several weight
-// versions (async rounds) samples the rollout with the version ctx names.
-func (g *Gateway) OpenFor(ctx context.Context, id string, version int) (key string, rec *Recorder, err error) {
-	return g.open(context.WithoutCancel(ctx), id, &version)
+// stamped with t.Version, seeded from t.Seed, and generate under a context
+// that carries ctx's values (not its cancellation), so an engine that keeps
+// several weight versions (async rounds) samples the rollout with the
+// version ctx names.
+func (g *Gateway) OpenFor(ctx context.Context, id string, t Tenant) (key string, rec *Recorder, err error) {
+	return g.open(context.WithoutCancel(ctx), id, &t.Version, t.Seed)
 }
 
-func (g *Gateway) open(values context.Context, id string, version *int) (key string, rec *Recorder, err error) {
+func (g *Gateway) open(values context.Context, id string, version *int, seed int64) (key string, rec *Recorder, err error) {
 	if !validRolloutID(id) {
 		return "", nil, fmt.Errorf("%w %q: use 1 to 128 characters from A-Z a-z 0-9 . _ - ~", ErrInvalidRolloutID, id)
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
 	key = "sk-ortrain-" + hex.EncodeToString(b[:])
+	for seed == 0 {
+		var sb [8]byte
+		_, _ = rand.Read(sb[:])
+		seed = int64(binary.LittleEndian.Uint64(sb[:]))
+	}
 	ctx, cancel := context.WithCancelCause(values)
-	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values}
+	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values, seed: seed}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.rollouts[id]; ok {

@@ -40,7 +40,7 @@ func TestOpenForServesOneVersion(t *testing.T) {
 	})
 	h.version.Store(9)
 	parent, cancel := context.WithCancel(context.WithValue(context.Background(), versionKey{}, 4))
-	key, rec, err := h.gw.OpenFor(parent, "v4", 4)
+	key, rec, err := h.gw.OpenFor(parent, "v4", Tenant{Version: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { h.gw.Close("v4") })
 	cancel() // the round's cancellation is the trainer's business, not the calls'

@@ -36,7 +36,12 @@ type Call struct {
 	// SamplingOverridden: the request asked for other sampling settings and
 	// Defaults.ForceSampling applied the trainer's.
 	SamplingOverridden bool
-	Start, End         time.Time
+	// Seed is the seed the engine sampled with; SeedOverridden: the
+	// request sent a seed of its own and Defaults.ForceSampling replaced it
+	// with the rollout's (so a group's rollouts differ).
+	Seed           int64
+	SeedOverridden bool
+	Start, End     time.Time
 }
 
 // Rejection is one refused request (4xx) or failed call (5xx).

@@ -34,8 +34,11 @@ type sampleSpec struct {
 	sampling  engine.SamplingParams
 	// overridden: ForceSampling replaced what the request asked for.
 	overridden bool
-	seed       int64
-	stops      []string
+	// seed is the request's own seed (0: none); seedOverridden:
+	// ForceSampling replaced it with the rollout's (callSeed).
+	seed           int64
+	seedOverridden bool
+	stops          []string
 	// skipSpecial: decode without special tokens (text completions, as
 	// vLLM returns them); chat keeps them so tool-call tags can be parsed.
 	skipSpecial bool
@@ -99,7 +102,13 @@ func (g *Gateway) resolve(f *samplingFields, maxTokens *int, maxParam string, pr
 		spec.sampling = g.opts.Defaults.Sampling
 	}
 	if f.Seed != nil {
-		spec.seed = *f.Seed
+		if g.opts.Defaults.ForceSampling {
+			// A trainer's rollouts of one task must differ: an agent that
+			// sends one seed every time would make a group identical.
+			spec.seedOverridden = true
+		} else {
+			spec.seed = *f.Seed
+		}
 	}
 	stops, err := parseStop(f.Stop)
 	if err != nil {
@@ -145,6 +154,7 @@ type sampled struct {
 	finish   string // "stop" or "length"
 
 	seq        int // dispatch position in the recorder
+	seed       int64
 	version    int
 	start, end time.Time
 }
@@ -162,11 +172,16 @@ func (g *Gateway) sample(ctx context.Context, ro *rollout, spec sampleSpec) (sam
 		out.version = *ro.version
 	}
 	out.start = g.opts.Now()
+	seed := spec.seed
+	if seed == 0 {
+		seed = callSeed(ro.seed, out.seq)
+	}
+	out.seed = seed
 	genCtx, cancel := context.WithTimeout(ro.generationContext(ctx), g.opts.CallTimeout)
 	defer cancel()
 	res, err := g.opts.Sampler.Generate(genCtx, engine.Request{
 		PromptIDs: spec.promptIDs, MaxTokens: spec.maxTokens, Sampling: spec.sampling,
-		StopIDs: g.endIDs, Seed: spec.seed, SessionKey: ro.id,
+		StopIDs: g.endIDs, Seed: seed, SessionKey: ro.id,
 	})
 	out.end = g.opts.Now()
 	if err != nil {
@@ -194,7 +209,27 @@ func (g *Gateway) record(ro *rollout, spec sampleSpec, s sampled, finish string,
 	}
 	ro.rec.add(s.seq, Call{Kind: spec.kind, PromptIDs: spec.promptIDs, CompletionIDs: s.ids, Logprobs: s.logprobs,
 		WeightVersion: s.version, FinishReason: finish, MalformedToolCalls: malformed, Sampling: spec.sampling,
-		SamplingOverridden: spec.overridden, Start: s.start, End: s.end})
+		SamplingOverridden: spec.overridden, Seed: s.seed, SeedOverridden: spec.seedOverridden, Start: s.start, End: s.end})
+}
+
+// callSeed is the seed of a tenant's call number seq (from 1): a mix of the
+// rollout's base seed and seq (splitmix64's finalizer), never 0, so every
+// call of every rollout samples with its own seed and a rerun with the same
+// base samples the same. base 0 (the single tenant) gives 0: the backend
+// draws a seed, as vLLM does for a request without one.
+func callSeed(base int64, seq int) int64 {
+	if base == 0 {
+		return 0
+	}
+	z := uint64(base) + uint64(seq)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	s := int64(z &^ (1 << 63)) // non-negative: every backend takes it
+	if s == 0 {
+		s = 1
+	}
+	return s
 }
 
 // generateError classifies a failed generation: the rollout was closed
