@@ -117,6 +117,10 @@ type Facts struct {
 	Task json.RawMessage
 }
 
+// AnthropicBaseURL is BaseURL without its /v1: Anthropic's clients append
+// /v1/messages to ANTHROPIC_BASE_URL themselves.
+func (f Facts) AnthropicBaseURL() string { return strings.TrimSuffix(f.BaseURL, "/v1") }
+
 func (f Facts) taskJSON() (json.RawMessage, error) {
 	if len(f.Task) == 0 {
 		return json.RawMessage("null"), nil

@@ -21,6 +21,11 @@ const (
 	EnvTask      = "ORTRAIN_TASK"
 	EnvMCPURL    = "ORTRAIN_MCP_URL"
 	EnvRolloutID = "ORTRAIN_ROLLOUT_ID"
+	// Anthropic's clients append /v1/messages to their base URL and send
+	// the key as x-api-key (ANTHROPIC_AUTH_TOKEN: as a bearer).
+	EnvAnthropicBaseURL   = "ANTHROPIC_BASE_URL"
+	EnvAnthropicAPIKey    = "ANTHROPIC_API_KEY"
+	EnvAnthropicAuthToken = "ANTHROPIC_AUTH_TOKEN"
 )
 
 const (
@@ -192,7 +197,7 @@ func agentEnv(parent []string, facts Facts, task string) []string {
 	for _, kv := range parent {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvBaseURL, EnvAPIKey, EnvModel, EnvTask, EnvMCPURL, EnvRolloutID:
+		case EnvBaseURL, EnvAPIKey, EnvModel, EnvTask, EnvMCPURL, EnvRolloutID, EnvAnthropicBaseURL, EnvAnthropicAPIKey, EnvAnthropicAuthToken:
 			continue
 		}
 		env = append(env, kv)
@@ -200,6 +205,8 @@ func agentEnv(parent []string, facts Facts, task string) []string {
 	env = append(env,
 		EnvBaseURL+"="+facts.BaseURL,
 		EnvAPIKey+"="+facts.APIKey,
+		EnvAnthropicBaseURL+"="+facts.AnthropicBaseURL(),
+		EnvAnthropicAPIKey+"="+facts.APIKey,
 		EnvModel+"="+facts.Model,
 		EnvTask+"="+task,
 		EnvRolloutID+"="+facts.RolloutID,

@@ -17,12 +17,14 @@ const maxResponseBytes = 1 << 20
 
 // serviceRequest is the body POSTed to a URL agent.
 type serviceRequest struct {
-	RolloutID string          `json:"rollout_id"`
-	BaseURL   string          `json:"base_url"`
-	APIKey    string          `json:"api_key"`
-	Model     string          `json:"model"`
-	MCPURL    string          `json:"mcp_url"`
-	Task      json.RawMessage `json:"task"`
+	RolloutID string `json:"rollout_id"`
+	BaseURL   string `json:"base_url"`
+	// AnthropicBaseURL is base_url without /v1, for Anthropic's clients.
+	AnthropicBaseURL string          `json:"anthropic_base_url"`
+	APIKey           string          `json:"api_key"`
+	Model            string          `json:"model"`
+	MCPURL           string          `json:"mcp_url"`
+	Task             json.RawMessage `json:"task"`
 }
 
 // runService POSTs the facts to a URL agent and reads {"reward": …} back,
@@ -33,7 +35,7 @@ func runService(ctx context.Context, spec Spec, facts Facts) Result {
 		return Result{Outcome: OutcomeAgentError, Err: err}
 	}
 	body, err := json.Marshal(serviceRequest{
-		RolloutID: facts.RolloutID, BaseURL: facts.BaseURL, APIKey: facts.APIKey,
+		RolloutID: facts.RolloutID, BaseURL: facts.BaseURL, AnthropicBaseURL: facts.AnthropicBaseURL(), APIKey: facts.APIKey,
 		Model: facts.Model, MCPURL: facts.MCPURL, Task: task,
 	})
 	if err != nil {

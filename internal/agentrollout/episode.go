@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ortrain/ortrain/internal/agent"
@@ -184,8 +185,16 @@ type specKey struct {
 // trajectory: the calls' tokens (forks where the agent rewrote its
 // history), the env's rewards, the agent's reward and the outcome.
 func (r *Runner) fill(tr *rollout.Trajectory, rec *gateway.Recorder, ep *envmcp.Episode, res agent.Result) {
-	calls := rec.Calls()
 	toolCalls := ep.Calls()
+	// Model calls made after a tool call ended the episode were answered
+	// (a generic agent loop asks once more) but are not the episode's:
+	// they are left out of the trained sequence and counted.
+	calls, after := beforeFinish(rec.Calls(), toolCalls)
+	tr.AgentCalls = callStats(rec.Calls(), toolCalls)
+	tr.AgentCalls.AfterFinish = after
+	if res.Outcome.AgentFault() {
+		tr.AgentStderr = lastBytes(res.StderrTail, maxStderrKept)
+	}
 	tr.AgentReward = res.Reward
 	tr.Rewards = ep.Rewards()
 	tr.ToolCalls = len(toolCalls)
@@ -228,7 +237,12 @@ func outcome(res agent.Result, rec *gateway.Recorder, toolCalls []envmcp.ToolCal
 	}
 	if n := rec.Rejected(); n > 0 {
 		first := rec.Rejections()[0]
-		return rollout.OutcomeAgentBadRequest, fmt.Errorf("the gateway refused %d of the agent's model calls (first: %d %s)", n, first.Status, first.Message)
+		route := first.Route
+		if route == "" {
+			route = "a request"
+		}
+		return rollout.OutcomeAgentBadRequest, fmt.Errorf("the gateway refused %d of the agent's model calls (first: %s answered %d: %s)",
+			n, route, first.Status, first.Message)
 	}
 	if n := rec.Failed(); n > 0 {
 		return rollout.OutcomeGenError, fmt.Errorf("%d of the agent's model calls failed in the engine", n)
@@ -289,4 +303,65 @@ func (r *Runner) endSession(id string) {
 	if err := rollout.EndEngineSession(r.gen, id, r.opts.CloseTimeout); err != nil {
 		r.opts.Logger.Warn().Err(err).Str("session", id).Msg("end engine session")
 	}
+}
+
+// maxStderrKept bounds the stderr tail a failed agent's trajectory keeps.
+const maxStderrKept = 4 << 10
+
+// beforeFinish returns the model calls dispatched before the tool call that
+// ended the episode returned (all of them when none did), and how many
+// came after.
+func beforeFinish(calls []gateway.Call, toolCalls []envmcp.ToolCall) ([]gateway.Call, int) {
+	var end time.Time
+	for _, c := range toolCalls {
+		if c.Finished {
+			end = c.End
+			break
+		}
+	}
+	if end.IsZero() {
+		return calls, 0
+	}
+	kept := calls[:0:0]
+	for _, c := range calls {
+		if c.Start.Before(end) {
+			kept = append(kept, c)
+		}
+	}
+	return kept, len(calls) - len(kept)
+}
+
+// callStats counts the calls the run served differently from what the
+// agent asked, and the tool calls made after the episode ended.
+func callStats(calls []gateway.Call, toolCalls []envmcp.ToolCall) rollout.AgentCallStats {
+	var st rollout.AgentCallStats
+	for _, c := range calls {
+		if c.SamplingOverridden {
+			st.SamplingOverridden++
+		}
+		if c.SeedOverridden {
+			st.SeedOverridden++
+		}
+	}
+	finished := false
+	for _, c := range toolCalls {
+		if finished {
+			st.ToolCallsAfterFinish++
+		}
+		finished = finished || c.Finished
+	}
+	return st
+}
+
+// lastBytes is the end of s, at most n bytes, cut at a line start when one
+// is near.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < 256 {
+		s = s[i+1:]
+	}
+	return s
 }

@@ -131,7 +131,30 @@ func (r *Runner) Close() error {
 // RunAll plays tasks, at most MaxConcurrency at once, and returns their
 // trajectories in task order; onDone (may be nil) sees each as it ends.
 func (r *Runner) RunAll(ctx context.Context, tasks []rollout.Task, onDone func(*rollout.Trajectory)) []*rollout.Trajectory {
+	var logged atomic.Int32
 	return rollout.RunEach(ctx, tasks, r.opts.MaxConcurrency, func(_ int, t rollout.Task) *rollout.Trajectory {
-		return r.Run(ctx, t)
+		tr := r.Run(ctx, t)
+		if tr.Outcome.Failed() && tr.Outcome != rollout.OutcomeCanceled && logged.Add(1) <= failuresLogged {
+			r.logFailure(tr)
+		}
+		return tr
 	}, onDone)
+}
+
+// failuresLogged is how many failed rollouts of a round are logged with
+// their error and the agent's stderr; the rest are counted in metrics and
+// kept in trajectories.jsonl.
+const failuresLogged = 2
+
+// logFailure says why a rollout failed: the error and the last lines of the
+// agent's stderr (its key already redacted).
+func (r *Runner) logFailure(tr *rollout.Trajectory) {
+	ev := r.opts.Logger.Warn().Str("outcome", string(tr.Outcome)).Str("split", tr.Task.Split).Int("task", tr.Task.Index)
+	if tr.Err != nil {
+		ev = ev.Str("error", tr.Err.Error())
+	}
+	if tr.AgentStderr != "" {
+		ev = ev.Str("stderr_tail", lastBytes(tr.AgentStderr, 1024))
+	}
+	ev.Msg("agent rollout failed (the first failures of each round are logged; all are in trajectories.jsonl)")
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -68,11 +70,28 @@ func (d WorkerDecoder) Forget(ctx context.Context, key string) error {
 func (d WorkerDecoder) Close() error { return d.Decoder.Close() }
 
 func workerRequest(r Request) worker.SampleRequest {
+	seed := r.Seed
+	if seed == 0 {
+		// "0 lets the backend choose": the worker would seed its generator
+		// with 0 itself, so every unseeded request of one prompt would
+		// sample the same tokens (vLLM draws a fresh seed instead).
+		seed = randomSeed()
+	}
 	return worker.SampleRequest{
 		PromptIDs: r.PromptIDs, MaxNewTokens: r.MaxTokens,
 		Temperature: r.Sampling.Temperature, TopP: r.Sampling.TopP, TopK: r.Sampling.TopK, MinP: r.Sampling.MinP,
-		StopIDs: r.StopIDs, Seed: r.Seed,
+		StopIDs: r.StopIDs, Seed: seed,
 	}
+}
+
+// randomSeed is a positive seed from crypto/rand.
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	if s := int64(binary.LittleEndian.Uint64(b[:]) >> 1); s != 0 {
+		return s
+	}
+	return 1
 }
 
 func stopReason(s worker.StopReason) StopReason {

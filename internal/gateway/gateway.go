@@ -218,6 +218,9 @@ func New(opts Options) (*Gateway, error) {
 		}
 		g.route("/v1", g.singleEndpoint)
 	}
+	// A route a tenant's agent got wrong is counted against its rollout
+	// (agent_bad_request, naming the route), once its key is checked.
+	g.mux.HandleFunc("/rollouts/{id}/{rest...}", g.rolloutEndpoint(g.handleUnknown))
 	// Anything else, a wrong method included, gets OpenAI's error shape.
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("unknown_url", "no route for %s %s", r.Method, r.URL.Path))
@@ -364,7 +367,31 @@ func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollou
 	defer cancel(nil)
 	stop := context.AfterFunc(ro.ctx, func() { cancel(context.Cause(ro.ctx)) })
 	defer stop()
-	h(w, r.WithContext(ctx), ro)
+	h(&routeWriter{ResponseWriter: w, route: r.Method + " " + r.URL.Path}, r.WithContext(ctx), ro)
+}
+
+// routeWriter carries the request's route to fail, so a refusal recorded
+// against a rollout names the route the agent called.
+type routeWriter struct {
+	http.ResponseWriter
+	route string
+}
+
+// Flush and Unwrap keep streaming (http.Flusher, http.ResponseController)
+// working through the wrapper.
+func (w *routeWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *routeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// handleUnknown answers a tenant's request for a route the gateway does not
+// serve (or a wrong method), counted against the rollout.
+func (g *Gateway) handleUnknown(w http.ResponseWriter, r *http.Request, ro *rollout) {
+	g.fail(w, ro, notFound("unknown_url", "no route for %s %s: this server serves POST chat/completions, completions, responses, "+
+		"messages and GET models under the rollout's base URL", r.Method, r.URL.Path))
 }
 
 // keyOwner is the open rollout whose key r presents, or nil.
@@ -404,7 +431,11 @@ func (ro *rollout) authorized(r *http.Request) bool {
 // fail answers with an OpenAI error and counts it against the rollout.
 func (g *Gateway) fail(w http.ResponseWriter, ro *rollout, e *apiError) {
 	if ro.rec != nil {
-		ro.rec.reject(e, g.opts.Now())
+		route := ""
+		if rw, ok := w.(*routeWriter); ok {
+			route = rw.route
+		}
+		ro.rec.rejectRoute(e, route, g.opts.Now())
 	}
 	ev := g.log.Debug()
 	if e.status >= 500 {

@@ -46,7 +46,9 @@ type Call struct {
 
 // Rejection is one refused request (4xx) or failed call (5xx).
 type Rejection struct {
-	Status  int
+	Status int
+	// Route is the method and path the agent called ("POST /rollouts/…").
+	Route   string
 	Param   string // the request field at fault, if any
 	Message string
 	At      time.Time
@@ -130,7 +132,10 @@ func (r *Recorder) add(seq int, c Call) {
 	r.calls = slices.Insert(r.calls, i, recordedCall{seq: seq, call: c})
 }
 
-func (r *Recorder) reject(e *apiError, at time.Time) {
+func (r *Recorder) reject(e *apiError, at time.Time) { r.rejectRoute(e, "", at) }
+
+// rejectRoute counts a refusal of a request to route (its method and path).
+func (r *Recorder) rejectRoute(e *apiError, route string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -142,7 +147,7 @@ func (r *Recorder) reject(e *apiError, at time.Time) {
 		r.rejected++
 	}
 	if len(r.rejections) < maxRejections {
-		r.rejections = append(r.rejections, Rejection{Status: e.status, Param: e.param, Message: e.message, At: at})
+		r.rejections = append(r.rejections, Rejection{Status: e.status, Route: route, Param: e.param, Message: e.message, At: at})
 	}
 }
 

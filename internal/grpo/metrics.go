@@ -2,23 +2,27 @@ package grpo
 
 import (
 	"math"
+	"slices"
 	"sort"
 )
 
 // RoundMetrics are the generation-side metrics of one round, with TRL's
 // names in Map (grpo-reference.md §5).
 type RoundMetrics struct {
-	Reward, RewardStd           float64
-	FracRewardZeroStd           float64
-	MeanLength                  float64
-	MinLength, MaxLength        float64
-	ClippedRatio                float64
-	MeanTerminatedLength        float64
-	MinTerminatedLength         float64
-	MaxTerminatedLength         float64
-	ToolCallFrequency           float64
-	ToolFailureFrequency        float64
-	Unscorable                  int
+	Reward, RewardStd    float64
+	FracRewardZeroStd    float64
+	MeanLength           float64
+	MinLength, MaxLength float64
+	ClippedRatio         float64
+	MeanTerminatedLength float64
+	MinTerminatedLength  float64
+	MaxTerminatedLength  float64
+	ToolCallFrequency    float64
+	ToolFailureFrequency float64
+	Unscorable           int
+	// IdenticalGroups counts groups whose samples are token-identical
+	// (set by the caller from IdenticalGroups; rollouts/identical_groups).
+	IdenticalGroups             int
 	PromptTokens, SampledTokens int
 	// PerEnv holds reward mean and std per environment.
 	PerEnv map[string][2]float64
@@ -107,6 +111,7 @@ func (m RoundMetrics) Map() map[string]float64 {
 		"tools/call_frequency":               m.ToolCallFrequency,
 		"tools/failure_frequency":            m.ToolFailureFrequency,
 		"rollouts/unscorable":                float64(m.Unscorable),
+		"rollouts/identical_groups":          float64(m.IdenticalGroups),
 	}
 	envs := make([]string, 0, len(m.PerEnv))
 	for e := range m.PerEnv {
@@ -125,4 +130,43 @@ func (m RoundMetrics) Map() map[string]float64 {
 		}
 	}
 	return out
+}
+
+// IdenticalGroups counts the groups (g consecutive samples of one task)
+// whose samples are token for token the same: every sample scorable, with
+// the same prompt, completion and forks. Such a group has no reward spread
+// and teaches nothing; many of them at a temperature above 0 mean the
+// samples were not drawn independently (one seed for every rollout).
+// Groups of one sample are never counted.
+func IdenticalGroups(samples []Sample, g int) int {
+	if g < 2 {
+		return 0
+	}
+	n := 0
+	for start := 0; start+g <= len(samples); start += g {
+		group := samples[start : start+g]
+		same := !isNaN(group[0].Reward)
+		for _, s := range group[1:] {
+			if !same {
+				break
+			}
+			same = !isNaN(s.Reward) && sameTokens(group[0], s)
+		}
+		if same {
+			n++
+		}
+	}
+	return n
+}
+
+func sameTokens(a, b Sample) bool {
+	if !slices.Equal(a.PromptIDs, b.PromptIDs) || !slices.Equal(a.CompletionIDs, b.CompletionIDs) || len(a.Forks) != len(b.Forks) {
+		return false
+	}
+	for i := range a.Forks {
+		if !slices.Equal(a.Forks[i].PromptIDs, b.Forks[i].PromptIDs) || !slices.Equal(a.Forks[i].CompletionIDs, b.Forks[i].CompletionIDs) {
+			return false
+		}
+	}
+	return true
 }

@@ -211,6 +211,11 @@ type Trajectory struct {
 	// AgentReward is the reward it reported (nil: none).
 	Agent       bool
 	AgentReward *float64
+	// AgentCalls counts what the agent's calls asked for that the trainer
+	// replaced or did not train; AgentStderr is the tail of a failed
+	// agent's stderr (its key redacted), kept in trajectories.jsonl.
+	AgentCalls  AgentCallStats
+	AgentStderr string
 	// Retries counts the attempts rerun because the session died with its
 	// server (the trajectory is the last attempt's).
 	Retries  int
@@ -221,6 +226,30 @@ type Trajectory struct {
 	// intervals, so a step's wall time per phase can be measured across
 	// concurrent rollouts (the union of all of them), not just summed.
 	GenSpans, EnvSpans []Span
+}
+
+// AgentCallStats counts, for one agent rollout, the calls the trainer
+// served differently from what the agent asked, or did not train.
+type AgentCallStats struct {
+	// SamplingOverridden and SeedOverridden count model calls whose
+	// sampling settings or seed the run replaced with its own.
+	SamplingOverridden, SeedOverridden int
+	// AfterFinish counts model calls made after a tool call had ended the
+	// episode: answered, never trained. ToolCallsAfterFinish counts the
+	// tool calls refused for the same reason.
+	AfterFinish, ToolCallsAfterFinish int
+	// DroppedTools counts tools the agent offered that the model cannot
+	// call (hosted tools such as web_search), left out of its prompt.
+	DroppedTools int
+}
+
+// Add sums o into s.
+func (s *AgentCallStats) Add(o AgentCallStats) {
+	s.SamplingOverridden += o.SamplingOverridden
+	s.SeedOverridden += o.SeedOverridden
+	s.AfterFinish += o.AfterFinish
+	s.ToolCallsAfterFinish += o.ToolCallsAfterFinish
+	s.DroppedTools += o.DroppedTools
 }
 
 // Fork is one more token sequence of a rollout: prompt + completion split

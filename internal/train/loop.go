@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -133,6 +134,9 @@ type stepLoop struct {
 	launched int
 	// footprintLogged: the policy's memory was logged after a step.
 	footprintLogged bool
+	// identicalWarned: the run has warned about identical groups (rounds
+	// may be produced beside a step, so it is atomic).
+	identicalWarned atomic.Bool
 
 	// Hooks for the CLI: metrics sink, trajectory sink, progress.
 	OnMetrics     func(StepMetrics)

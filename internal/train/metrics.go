@@ -51,6 +51,8 @@ type StepMetrics struct {
 	// AgentRollouts and PrefixBreaks: rollouts played by a user's agent,
 	// and the history rewrites among them (each one more trained row).
 	AgentRollouts, PrefixBreaks int
+	// AgentCalls: what the agents asked that the run replaced or did not train.
+	AgentCalls rollout.AgentCallStats
 
 	// EnvTime and GenTime are wall time: how long at least one rollout was
 	// in that phase. EnvBusy and GenBusy sum the phase over all rollouts
@@ -105,6 +107,7 @@ func (m *StepMetrics) addRound(s roundStats) {
 	m.AssistantTurns += s.AssistantTurns
 	m.AgentRollouts += s.AgentRollouts
 	m.PrefixBreaks += s.PrefixBreaks
+	m.AgentCalls.Add(s.AgentCalls)
 	m.EnvBusy += s.EnvBusy
 	m.GenBusy += s.GenBusy
 	m.envSpans = append(m.envSpans, s.EnvSpans...)
@@ -193,6 +196,11 @@ func (m StepMetrics) Map() map[string]float64 {
 	}
 	if m.AgentRollouts > 0 {
 		out["agent/prefix_breaks"] = float64(m.PrefixBreaks)
+		out["agent/sampling_overridden"] = float64(m.AgentCalls.SamplingOverridden)
+		out["agent/seed_overridden"] = float64(m.AgentCalls.SeedOverridden)
+		out["agent/calls_after_finish"] = float64(m.AgentCalls.AfterFinish)
+		out["agent/tool_calls_after_finish"] = float64(m.AgentCalls.ToolCallsAfterFinish)
+		out["agent/dropped_tools"] = float64(m.AgentCalls.DroppedTools)
 	}
 	if m.HasKL {
 		out["kl"] = m.KL

@@ -55,6 +55,7 @@ type roundStats struct {
 	// AgentRollouts counts the rollouts a user's agent played, PrefixBreaks
 	// the times those agents rewrote their history (agent/prefix_breaks).
 	AgentRollouts, PrefixBreaks int
+	AgentCalls                  rollout.AgentCallStats
 	EnvBusy, GenBusy            time.Duration
 	EnvSpans, GenSpans          []rollout.Span
 	Round                       grpo.RoundMetrics
@@ -129,6 +130,8 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 		gr.Groups = forkGroups(samples, l.cfg.Shape.G)
 	}
 	gr.Stats.Round = grpo.ComputeRoundMetrics(samples, adv)
+	gr.Stats.Round.IdenticalGroups = grpo.IdenticalGroups(samples, l.cfg.Shape.G)
+	l.warnIdenticalGroups(gr.Stats.Round.IdenticalGroups, len(samples)/max(1, l.cfg.Shape.G), job.FirstStep)
 	for i, rec := range part.Records {
 		rec.Reward, rec.Advantage = rewards[i], adv.A[i]
 		if rec.Reward != rec.Reward {
@@ -175,6 +178,7 @@ func (l *stepLoop) toSamples(trajs []*rollout.Trajectory, scores []reward.Scores
 		m.PrefixBreaks += t.PrefixBreaks
 		if t.Agent {
 			m.AgentRollouts++
+			m.AgentCalls.Add(t.AgentCalls)
 		}
 		for _, turn := range t.Turns {
 			if turn.Role == "assistant" {
@@ -272,4 +276,22 @@ func forkGroups(samples []grpo.Sample, g int) []int {
 		}
 	}
 	return groups
+}
+
+// warnIdenticalGroups says once per run, loudly, when at least half of a
+// round's groups are token-identical while sampling at a temperature above
+// 0: such groups have no reward spread, so the run is not learning from
+// them, and at the start of a run it almost always means every rollout of
+// a task got the same seed (an agent or a server that fixes it), not a
+// policy that has converged. rollouts/identical_groups counts them every
+// step.
+func (l *stepLoop) warnIdenticalGroups(identical, groups, step int) {
+	if identical == 0 || 2*identical < groups || l.cfg.Loss.Temperature <= 0 || !l.identicalWarned.CompareAndSwap(false, true) {
+		return
+	}
+	l.log.Warn().Int("step", step).Int("identical_groups", identical).Int("groups", groups).Float64("temperature", l.cfg.Loss.Temperature).
+		Msg("RUN MAY NOT BE LEARNING: the rollouts of most groups are token for token the same, so their advantages are 0. " +
+			"Likely cause: every rollout of a task sampled with one seed (an agent or a generation server that fixes `seed`, or a backend that ignores it); " +
+			"ortrain seeds each call itself, so check a vLLM or serve-engine in between. A policy that has converged gives this too (then reward is high and steady). " +
+			"rollouts/identical_groups counts them per step")
 }
