@@ -339,6 +339,9 @@ func TestREADMEAgent(t *testing.T) {
 	require.GreaterOrEqual(t, start, 0)
 	code := text[at+start+len("```python\n"):]
 	code = code[:strings.Index(code, "```")]
+	example, err := os.ReadFile("../../docs/examples/agents/chat_agent.py")
+	require.NoError(t, err)
+	require.Contains(t, string(example), code, "the README shows docs/examples/agents/chat_agent.py")
 	script := filepath.Join(t.TempDir(), "agent.py")
 	require.NoError(t, os.WriteFile(script, []byte(code), 0o644))
 	h := newHarness(t, "builtin:lockbox", "openenv", agent.Spec{Command: []string{py, script}})
@@ -347,4 +350,5 @@ func TestREADMEAgent(t *testing.T) {
 	require.NotNil(t, tr.Rewards[len(tr.Rewards)-1])
 	assert.Equal(t, 1.0, *tr.Rewards[len(tr.Rewards)-1])
 	assert.Zero(t, tr.PrefixBreaks)
+	assert.Zero(t, tr.AgentCalls.AfterFinish, "the agent stops when the episode is over")
 }

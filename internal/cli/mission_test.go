@@ -3,7 +3,9 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,4 +107,39 @@ func TestMissionSFTThenGRPO(t *testing.T) {
 	assert.GreaterOrEqual(t, meanOf(head, "tools/parse_rate"), 0.9, "after SFT the tool calls parse")
 	assert.GreaterOrEqual(t, meanOf(tail, "reward")-meanOf(head, "reward"), 0.25, "GRPO improves the strategy SFT imitated")
 	assert.GreaterOrEqual(t, meanOf(rows[len(rows)-5:], "tools/call_frequency"), 2.0, "the policy looks the code up, then unlocks")
+
+	// Issue 36: the same SFT policy trained through the README's agent (a
+	// real Python process per rollout, its own loop over the gateway and
+	// the env's MCP tools, stopping when a tool result says the episode
+	// is over) learns as ortrain's own loop does.
+	agentDir := filepath.Join(dir, "grpo-agent")
+	agentRows := missionAgentRun(t, env, dir, cfgOut, model, agentDir)
+	head, tail = agentRows[:5], agentRows[len(agentRows)-5:]
+	t.Logf("agent: reward first 5 %.3f, last 5 %.3f; identical groups first 5 %.1f; calls after finish %.0f",
+		meanOf(head, "reward"), meanOf(tail, "reward"), meanOf(head, "rollouts/identical_groups"), meanOf(agentRows, "agent/calls_after_finish"))
+	assert.GreaterOrEqual(t, meanOf(tail, "reward")-meanOf(head, "reward"), 0.2, "the agent's policy learns from the env's rewards")
+	assert.Less(t, meanOf(head, "rollouts/identical_groups"), 4.0, "a group's rollouts sample differently")
+	assert.Zero(t, meanOf(agentRows, "agent/calls_after_finish"), "the agent stops when the episode is over")
+}
+
+// missionAgentRun trains model with GRPO on lockbox through the README's
+// agent (docs/examples/agents/chat_agent.py) for 25 steps and returns the
+// metrics rows.
+func missionAgentRun(t *testing.T, env map[string]string, dir, cfgText, model, out string) []map[string]float64 {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	require.NoError(t, err, "the README's agent runs with python3")
+	script, err := filepath.Abs("../../docs/examples/agents/chat_agent.py")
+	require.NoError(t, err)
+	cfg := filepath.Join(dir, "lockbox-agent.yaml")
+	agent := fmt.Sprintf("\nagent:\n  command: [%q, %q]\n", py, script)
+	require.NoError(t, os.WriteFile(cfg, []byte(cfgText+agent), 0o644))
+	code, _, errOut := execCLI(t, env, "run", "--config", cfg, "--model", model, "--output-dir", out, "--max-steps", "25", "--log-format", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	rows := metricsRows(t, out)
+	require.Len(t, rows, 25)
+	for _, r := range rows {
+		require.Zero(t, r["rollouts/agent_error"]+r["rollouts/agent_bad_request"], "every agent rollout completes")
+	}
+	return rows
 }

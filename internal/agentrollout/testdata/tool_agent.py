@@ -7,7 +7,8 @@ stops when the model answers without a call (after its first answer it asks
 once more, so every rollout makes at least two calls). Its last stdout line is the
 reward it reports. AGENT_REWRITE=1 makes it drop its history before the
 second call (a summarizing agent), AGENT_STEAL=1 makes it also try another
-rollout's endpoint with its own key.
+rollout's endpoint with its own key, AGENT_SEED=N makes it send seed N with
+every call (as agents that fix their seed do).
 """
 import json
 import os
@@ -35,7 +36,10 @@ def post(url, body, headers=None):
 
 
 def chat(messages):
-    _, reply = post(BASE + "/chat/completions", {"model": MODEL, "messages": messages, "tools": TASK["tools"], "temperature": 0})
+    body = {"model": MODEL, "messages": messages, "tools": TASK["tools"], "temperature": 0}
+    if os.environ.get("AGENT_SEED"):
+        body["seed"] = int(os.environ["AGENT_SEED"])   # an agent that fixes its seed
+    _, reply = post(BASE + "/chat/completions", body)
     return reply["choices"][0]["message"]
 
 
