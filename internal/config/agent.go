@@ -33,6 +33,36 @@ type AgentConfig struct {
 	// KillGrace is how long the agent's process group has to exit after
 	// SIGTERM (at rollout.episode_timeout) before SIGKILL.
 	KillGrace time.Duration `mapstructure:"kill_grace"`
+	// ToolAnnotations are MCP tool annotations set on every env tool the
+	// agent lists (an env's own annotations win): agents that run tools
+	// without asking only when they are marked safe (Codex CLI with
+	// approval_policy "never") need read_only: true or destructive: false
+	// and open_world: false.
+	ToolAnnotations ToolAnnotations `mapstructure:"tool_annotations"`
+}
+
+// ToolAnnotations are MCP's tool hints (readOnlyHint, destructiveHint,
+// idempotentHint, openWorldHint); unset ones are not sent.
+type ToolAnnotations struct {
+	ReadOnly    *bool `mapstructure:"read_only"`
+	Destructive *bool `mapstructure:"destructive"`
+	Idempotent  *bool `mapstructure:"idempotent"`
+	OpenWorld   *bool `mapstructure:"open_world"`
+}
+
+// MCP returns the annotations under MCP's names (nil when none is set).
+func (a ToolAnnotations) MCP() map[string]any {
+	out := map[string]any{}
+	for name, v := range map[string]*bool{"readOnlyHint": a.ReadOnly, "destructiveHint": a.Destructive,
+		"idempotentHint": a.Idempotent, "openWorldHint": a.OpenWorld} {
+		if v != nil {
+			out[name] = *v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // Enabled reports whether the rollouts are played by an agent.

@@ -161,6 +161,7 @@ type listedTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
+	Annotations json.RawMessage `json:"annotations"`
 }
 
 func (c *mcpClient) listTools() []listedTool {
@@ -180,7 +181,9 @@ type toolResult struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	} `json:"content"`
-	IsError bool `json:"isError"`
+	IsError           bool                       `json:"isError"`
+	StructuredContent json.RawMessage            `json:"structuredContent"`
+	Meta              map[string]json.RawMessage `json:"_meta"`
 }
 
 // text is the result's one text block.

@@ -40,6 +40,10 @@ type ToolCall struct {
 	// false, an infrastructure failure (the session failed, the call timed
 	// out or was cancelled) answered with JSON-RPC error -32603.
 	Err string
+	// AfterFinish: the call came after the episode ended. It never
+	// reached the env; the agent saw an isError result saying the episode
+	// is over (Err).
+	AfterFinish bool
 	// Start is when the call reached the session (after any call before
 	// it), End when it returned.
 	Start, End time.Time
@@ -65,10 +69,14 @@ type Episode struct {
 	endLife  context.CancelCauseFunc
 	inflight sync.WaitGroup
 
-	mu           sync.Mutex
-	detached     bool
-	calls        []ToolCall
-	finished     bool
+	mu       sync.Mutex
+	detached bool
+	calls    []ToolCall
+	// finishedCall is the 1-based number of the call that ended the
+	// episode (0: not ended), finishedAt when it returned.
+	finishedCall int
+	finishedAt   time.Time
+	afterFinish  int               // calls refused after the end
 	mcpSessions  map[string]string // Mcp-Session-Id → negotiated version
 	sessionOrder []string          // oldest first
 }
@@ -80,7 +88,7 @@ func newEpisode(id, key string, sess envtarget.Session, tools []envtarget.ToolSp
 		keyHash:     sha256.Sum256([]byte(key)),
 		hasKey:      key != "",
 		sess:        sess,
-		tools:       mcpTools(tools),
+		tools:       mcpTools(tools, opts.ToolAnnotations, opts.Logger.With().Str("rollout", id).Logger()),
 		timeout:     opts.CallTimeout,
 		now:         opts.Now,
 		log:         opts.Logger.With().Str("rollout", id).Logger(),
@@ -123,7 +131,25 @@ func (e *Episode) Rewards() []*float64 {
 func (e *Episode) Finished() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.finished
+	return e.finishedCall > 0
+}
+
+// FinishedAt is when the call that ended the episode returned (its End);
+// ok is false while the episode has not ended. Model calls the agent made
+// after it are past the episode.
+func (e *Episode) FinishedAt() (t time.Time, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.finishedAt, e.finishedCall > 0
+}
+
+// CallsAfterFinish counts the tool calls the agent made after the episode
+// ended: each was refused without reaching the env, and recorded in Calls
+// with AfterFinish set.
+func (e *Episode) CallsAfterFinish() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.afterFinish
 }
 
 func copyReward(r *float64) *float64 {
@@ -142,7 +168,8 @@ type callOutcome struct {
 }
 
 // call runs one tool call on the session and records it. Calls after the
-// env said finished still go to the env: it decides what they mean.
+// env said finished are refused here: the episode's record and reward are
+// settled, and a generic agent loop needs an answer that says to stop.
 func (e *Episode) call(ctx context.Context, name string, args json.RawMessage) callOutcome {
 	e.mu.Lock()
 	if e.detached {
@@ -165,7 +192,7 @@ func (e *Episode) call(ctx context.Context, name string, args json.RawMessage) c
 	if outcome.infraErr != nil {
 		ev = e.log.Warn().Err(outcome.infraErr)
 	}
-	ev.Str("tool", name).Dur("took", rec.End.Sub(rec.Start)).Bool("is_error", rec.IsError).Bool("finished", rec.Finished).Msg("mcp tool call")
+	ev.Str("tool", name).Dur("took", rec.End.Sub(rec.Start)).Bool("is_error", rec.IsError).Bool("finished", rec.Finished).Bool("after_finish", rec.AfterFinish).Msg("mcp tool call")
 	return outcome
 }
 
@@ -185,6 +212,19 @@ func (e *Episode) callInTurn(ctx context.Context, name string, args json.RawMess
 		return callOutcome{record: rec, infraErr: err}
 	}
 	defer func() { <-e.turn }()
+	// Checked in turn, so a call queued behind the one that ends the
+	// episode is refused too.
+	e.mu.Lock()
+	ended := e.finishedCall
+	e.mu.Unlock()
+	if ended > 0 {
+		rec.Start = e.now()
+		rec.End = rec.Start
+		rec.IsError, rec.AfterFinish = true, true
+		rec.Err = fmt.Sprintf("the episode is over (it finished at tool call %d); end the episode", ended)
+		e.record(rec)
+		return callOutcome{record: rec}
+	}
 	rec.Start = e.now()
 	out, err := e.callSession(ctx, name, args)
 	rec.End = e.now()
@@ -230,8 +270,11 @@ func (e *Episode) record(rec ToolCall) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.calls = append(e.calls, rec)
-	if rec.Finished {
-		e.finished = true
+	if rec.Finished && e.finishedCall == 0 {
+		e.finishedCall, e.finishedAt = len(e.calls), rec.End
+	}
+	if rec.AfterFinish {
+		e.afterFinish++
 	}
 }
 

@@ -154,7 +154,8 @@ func TestSessions(t *testing.T) {
 
 	t.Run("negotiation", func(t *testing.T) {
 		for client, want := range map[string]string{
-			"2025-06-18": "2025-06-18", "2025-03-26": "2025-03-26", "2024-11-05": "2025-06-18", "2099-01-01": "2025-06-18",
+			"2025-11-25": "2025-11-25", "2025-06-18": "2025-06-18", "2025-03-26": "2025-03-26", "2024-11-05": "2024-11-05",
+			"2099-01-01": "2025-11-25", "2026-07-28": "2025-11-25", "": "2025-11-25",
 		} {
 			other := newClient(t, base, "r", "k")
 			assert.Equal(t, want, other.initialize(client).ProtocolVersion, client)
@@ -202,7 +203,7 @@ func TestCallErrors(t *testing.T) {
 	}{
 		{name: "output", call: func(context.Context) (*envtarget.ToolOutput, error) {
 			return &envtarget.ToolOutput{Text: "fine", Reward: &reward, Finished: true}, nil
-		}, text: "fine", reward: &reward},
+		}, text: "fine\n\n[episode finished: reward 0.5 — no more tool calls are needed]", reward: &reward},
 		{name: "tool error", call: func(context.Context) (*envtarget.ToolOutput, error) {
 			return nil, &envtarget.ToolError{Tool: "echo", Err: errors.New("bad input: want text")}
 		}, isError: true, text: "bad input: want text", err: "bad input: want text"},
@@ -246,7 +247,7 @@ func TestCallErrors(t *testing.T) {
 			assert.Equal(t, tt.isError, calls[0].IsError)
 			if tt.err == "" {
 				assert.Empty(t, calls[0].Err)
-				assert.Equal(t, tt.text, calls[0].Result)
+				assert.Equal(t, "fine", calls[0].Result, "the record keeps the env's own text")
 			} else {
 				assert.Contains(t, calls[0].Err, tt.err)
 			}

@@ -2,32 +2,9 @@ package envmcp
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
-
-	"github.com/ortrain/ortrain/internal/envtarget"
 )
-
-// The MCP revisions this server speaks. 2025-06-18 removed JSON-RPC
-// batching; 2025-03-26 introduced streamable HTTP. Batches are refused for
-// both: no SDK sends them, and one message per POST keeps each answer one
-// JSON body.
-const (
-	latestVersion = "2025-06-18"
-	oldestVersion = "2025-03-26"
-)
-
-func supportedVersion(v string) bool { return v == latestVersion || v == oldestVersion }
-
-// negotiateVersion answers the client's version when this server speaks it,
-// else the latest it does (the client then decides whether to go on).
-func negotiateVersion(client string) string {
-	if supportedVersion(client) {
-		return client
-	}
-	return latestVersion
-}
 
 // JSON-RPC 2.0 error codes.
 const (
@@ -45,6 +22,7 @@ const (
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
 }
 
 func (e *rpcError) Error() string { return e.Message }
@@ -73,6 +51,13 @@ type rpcMessage struct {
 	id     json.RawMessage // requests only
 	method string
 	params json.RawMessage // nil when absent
+	// meta is params._meta when both are objects: where a 2026-07-28
+	// request carries its protocol version.
+	meta map[string]json.RawMessage
+	// target is params.name (params.uri for resources/read), which the
+	// Mcp-Name header mirrors on the methods that have one (hasTarget).
+	target    string
+	hasTarget bool
 }
 
 // parseMessage reads one JSON-RPC 2.0 message. Its error is the JSON-RPC
@@ -119,7 +104,30 @@ func parseMessage(body []byte) (*rpcMessage, *rpcError) {
 		}
 		msg.kind, msg.id = kindRequest, id
 	}
+	msg.readParams()
 	return msg, nil
+}
+
+// readParams fills meta and target from params when it is an object;
+// anything else is left to the method's own params check.
+func (m *rpcMessage) readParams() {
+	var fields map[string]json.RawMessage
+	if p := bytes.TrimSpace(m.params); len(p) == 0 || p[0] != '{' || json.Unmarshal(p, &fields) != nil {
+		return
+	}
+	if raw := bytes.TrimSpace(fields["_meta"]); len(raw) > 0 && raw[0] == '{' {
+		_ = json.Unmarshal(raw, &m.meta)
+	}
+	key := "name"
+	switch m.method {
+	case "tools/call", "prompts/get":
+	case "resources/read":
+		key = "uri"
+	default:
+		return
+	}
+	m.hasTarget = true
+	_ = json.Unmarshal(fields[key], &m.target)
 }
 
 // decodeParams reads a request's params object into v (absent or null
@@ -158,139 +166,10 @@ func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	writeRPC(w, status, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage(nullID), Error: &rpcError{Code: codeServerError, Message: msg}})
 }
 
-type initializeParams struct {
-	ProtocolVersion string `json:"protocolVersion"`
-}
-
-type initializeResult struct {
-	ProtocolVersion string             `json:"protocolVersion"`
-	Capabilities    serverCapabilities `json:"capabilities"`
-	ServerInfo      implementation     `json:"serverInfo"`
-}
-
-type serverCapabilities struct {
-	Tools toolsCapability `json:"tools"`
-}
-
-// toolsCapability: the tool list is fixed for an episode.
-type toolsCapability struct {
-	ListChanged bool `json:"listChanged"`
-}
-
-type implementation struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
-
-// initialize opens an MCP session on the episode and answers with its id in
-// the Mcp-Session-Id header.
-func (s *Server) initialize(w http.ResponseWriter, ep *Episode, msg *rpcMessage) {
-	var p initializeParams
-	if rerr := decodeParams(msg.params, &p); rerr != nil {
-		writeRPC(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.id, Error: rerr})
-		return
+// replyID is the id an error answer carries: the request's, or null.
+func (m *rpcMessage) replyID() json.RawMessage {
+	if m.kind == kindRequest {
+		return m.id
 	}
-	version := negotiateVersion(p.ProtocolVersion)
-	sid, err := ep.openMCPSession(version)
-	if err != nil {
-		s.log.Warn().Err(err).Str("rollout", ep.id).Msg("mcp initialize failed")
-		writeRPC(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.id, Error: &rpcError{Code: codeInternalError, Message: err.Error()}})
-		return
-	}
-	s.log.Debug().Str("rollout", ep.id).Str("client_version", p.ProtocolVersion).Str("version", version).Msg("mcp session opened")
-	w.Header().Set(headerSessionID, sid)
-	writeRPC(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.id, Result: initializeResult{
-		ProtocolVersion: version,
-		Capabilities:    serverCapabilities{Tools: toolsCapability{ListChanged: false}},
-		ServerInfo:      implementation{Name: "ortrain", Version: s.opts.Version},
-	}})
-}
-
-// dispatch answers one request of an established MCP session.
-func (s *Server) dispatch(ctx context.Context, ep *Episode, msg *rpcMessage) (any, *rpcError) {
-	switch msg.method {
-	case "ping":
-		return struct{}{}, nil
-	case "tools/list":
-		return toolsListResult{Tools: ep.tools}, nil
-	case "tools/call":
-		return s.callTool(ctx, ep, msg.params)
-	case "initialize":
-		return nil, &rpcError{Code: codeInvalidRequest, Message: "Invalid Request: initialize must be a request with an id"}
-	}
-	return nil, &rpcError{Code: codeMethodNotFound, Message: "Method not found: " + msg.method}
-}
-
-// mcpTool is a tool as tools/list shows it.
-type mcpTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"inputSchema"`
-}
-
-type toolsListResult struct {
-	Tools []mcpTool `json:"tools"`
-}
-
-// emptyObjectSchema is the inputSchema of a tool that takes no arguments:
-// MCP requires an object schema on every tool.
-const emptyObjectSchema = `{"type":"object"}`
-
-func mcpTools(specs []envtarget.ToolSpec) []mcpTool {
-	out := make([]mcpTool, len(specs))
-	for i, spec := range specs {
-		schema := bytes.TrimSpace(spec.InputSchema)
-		if len(schema) == 0 || string(schema) == "null" {
-			schema = []byte(emptyObjectSchema)
-		}
-		out[i] = mcpTool{Name: spec.Name, Description: spec.Description, InputSchema: append(json.RawMessage(nil), schema...)}
-	}
-	return out
-}
-
-type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-type callResult struct {
-	Content []textContent `json:"content"`
-	IsError bool          `json:"isError"`
-}
-
-type textContent struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-// callTool forwards tools/call to the env session. A tool name the episode
-// did not list still goes to the env, as the rollout runner does: the env
-// decides, its answer (a tool error) reaches the model as isError so it can
-// correct itself, and the record matches a trainer-driven rollout's.
-// JSON-RPC errors are kept for malformed calls and infrastructure failures,
-// which many agent frameworks raise instead of showing to the model.
-func (s *Server) callTool(ctx context.Context, ep *Episode, raw json.RawMessage) (any, *rpcError) {
-	var p callParams
-	if rerr := decodeParams(raw, &p); rerr != nil {
-		return nil, rerr
-	}
-	if p.Name == "" {
-		return nil, &rpcError{Code: codeInvalidParams, Message: `Invalid params: "name" is required`}
-	}
-	args := bytes.TrimSpace(p.Arguments)
-	switch {
-	case len(args) == 0 || string(args) == "null":
-		args = []byte("{}")
-	case args[0] != '{':
-		return nil, &rpcError{Code: codeInvalidParams, Message: `Invalid params: "arguments" must be an object`}
-	}
-	call := ep.call(ctx, p.Name, append(json.RawMessage(nil), args...))
-	if call.infraErr != nil {
-		return nil, &rpcError{Code: codeInternalError, Message: "tool call failed: " + call.infraErr.Error()}
-	}
-	text := call.record.Result
-	if call.record.IsError {
-		text = call.record.Err
-	}
-	return callResult{Content: []textContent{{Type: "text", Text: text}}, IsError: call.record.IsError}, nil
+	return json.RawMessage(nullID)
 }

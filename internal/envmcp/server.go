@@ -1,7 +1,11 @@
 // Package envmcp serves one env session's tools per rollout as an MCP
-// server (streamable HTTP, spec 2025-03-26 and 2025-06-18), so a user's own
-// agent process — any framework with an MCP client — drives the episode
-// while ortrain records what it did and the rewards the env gave.
+// server over streamable HTTP, so a user's own agent process — any
+// framework with an MCP client — drives the episode while ortrain records
+// what it did and the rewards the env gave.
+//
+// Both protocol eras are served (see versions.go): the initialize handshake
+// with sessions (2024-11-05 to 2025-11-25) and the stateless 2026-07-28
+// revision (server/discover, per-request _meta), told apart per request.
 //
 // Each rollout is attached under its own path, /mcp/{id}, with its own
 // bearer key. The server answers every request with a single JSON body: it
@@ -9,6 +13,11 @@
 // sends no server-initiated requests or notifications. The Accept header is
 // not enforced: clients must accept application/json anyway, and refusing
 // a lax one would only break agents.
+//
+// The call that ends the episode says so in its result (structuredContent
+// {"finished":true,"reward":R}, _meta MetaFinished and MetaReward, and a
+// last text line); later calls get an isError result and never reach the
+// env.
 package envmcp
 
 import (
@@ -52,6 +61,24 @@ type Options struct {
 	Now func() time.Time
 	// Version is serverInfo.version in initialize answers (default "dev").
 	Version string
+	// ToolAnnotations gives each listed tool's MCP annotations
+	// (readOnlyHint, destructiveHint, idempotentHint, openWorldHint,
+	// title); nil, or a nil map, lists the tool without any. Some clients
+	// gate calls on them: Codex with approval_policy "never" refuses tools
+	// that are not marked. AnnotateAll gives every tool the same ones.
+	ToolAnnotations func(tool string) map[string]any
+}
+
+// AnnotateAll is a ToolAnnotations that gives every tool a copy of a.
+func AnnotateAll(a map[string]any) func(tool string) map[string]any {
+	if a == nil {
+		return nil
+	}
+	own := make(map[string]any, len(a))
+	for k, v := range a {
+		own[k] = v
+	}
+	return func(string) map[string]any { return own }
 }
 
 // Server serves the attached rollouts. Its zero value is not usable: build
@@ -171,11 +198,36 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request, ep *Episode) 
 		writeRPC(w, http.StatusBadRequest, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage(nullID), Error: perr})
 		return
 	}
-	if msg.kind == kindRequest && msg.method == "initialize" {
-		// initialize opens an MCP session, so it is the one message that
-		// carries no session id and no negotiated version yet.
-		s.initialize(w, ep, msg)
+	// The body decides the era, as the spec and the SDKs do: a version
+	// claimed in params._meta is a stateless request, anything else is
+	// legacy traffic.
+	claim, claimed, cerr := msg.envelopeClaim()
+	switch {
+	case cerr != nil:
+		writeRPC(w, http.StatusBadRequest, rpcResponse{JSONRPC: "2.0", ID: msg.replyID(), Error: cerr})
 		return
+	case claimed:
+		s.serveModern(w, r, ep, msg, claim)
+		return
+	}
+	if msg.kind == kindRequest {
+		switch msg.method {
+		case "initialize":
+			// initialize opens an MCP session, so it is the one message
+			// that carries no session id and no negotiated version yet.
+			s.initialize(w, ep, msg)
+			return
+		case methodDiscover:
+			// Discovery reads no state: answered even without _meta, so a
+			// hand-written probe learns what this server speaks.
+			writeRPC(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.id, Result: s.discover()})
+			return
+		}
+		if v := r.Header.Get(headerProtocolVersion); isModernVersion(v) {
+			writeRPC(w, http.StatusBadRequest, rpcResponse{JSONRPC: "2.0", ID: msg.id, Error: &rpcError{Code: codeInvalidParams,
+				Message: fmt.Sprintf("Invalid params: a %s request carries _meta.%s and _meta.%s in its params (or initialize first for an earlier revision)", v, metaProtocolVersion, metaClientCapabilities)}})
+			return
+		}
 	}
 	if !s.checkSession(w, r, ep) {
 		return
@@ -186,7 +238,7 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request, ep *Episode) 
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	result, rerr := s.dispatch(r.Context(), ep, msg)
+	result, rerr := s.dispatch(r.Context(), ep, msg, reqEra{})
 	reply := rpcResponse{JSONRPC: "2.0", ID: msg.id}
 	if rerr != nil {
 		reply.Error = rerr
@@ -194,6 +246,49 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request, ep *Episode) 
 		reply.Result = result
 	}
 	writeRPC(w, http.StatusOK, reply)
+}
+
+// serveModern answers a stateless (2026-07-28) message: no session, the
+// rollout's path and key are its state. The spec's HTTP statuses apply: 400
+// for an unsupported version, a malformed envelope or mismatched headers,
+// 404 for an unknown method.
+func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, ep *Episode, msg *rpcMessage, version string) {
+	fail := func(status int, rerr *rpcError) {
+		writeRPC(w, status, rpcResponse{JSONRPC: "2.0", ID: msg.replyID(), Error: rerr})
+	}
+	if !contains(modernVersions(), version) {
+		fail(http.StatusBadRequest, unsupportedVersion(version))
+		return
+	}
+	if msg.kind != kindRequest {
+		// The revision defines no client notifications over HTTP; one
+		// sent anyway needs no answer.
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if rerr := msg.checkEnvelope(); rerr != nil {
+		fail(http.StatusBadRequest, rerr)
+		return
+	}
+	if rerr := checkModernHeaders(r.Header, msg, version); rerr != nil {
+		fail(http.StatusBadRequest, rerr)
+		return
+	}
+	result, rerr := s.dispatch(r.Context(), ep, msg, reqEra{modern: true, version: version})
+	if rerr != nil {
+		status := http.StatusOK
+		if rerr.Code == codeMethodNotFound {
+			status = http.StatusNotFound
+		}
+		fail(status, rerr)
+		return
+	}
+	body, err := s.modernResult(result)
+	if err != nil {
+		fail(http.StatusOK, &rpcError{Code: codeInternalError, Message: "encode result: " + err.Error()})
+		return
+	}
+	writeRPC(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: msg.id, Result: body})
 }
 
 // serveDelete ends the MCP session named by the header (not the env
@@ -207,11 +302,12 @@ func (s *Server) serveDelete(w http.ResponseWriter, r *http.Request, ep *Episode
 }
 
 // checkSession answers the spec's errors for a message after initialize:
-// 400 for an unsupported MCP-Protocol-Version or a missing session id, 404
-// for an unknown one (the client must then initialize again).
+// 400 for an unsupported MCP-Protocol-Version (with the -32022 body that
+// names the supported ones) or a missing session id, 404 for an unknown
+// one (the client must then initialize again).
 func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, ep *Episode) bool {
-	if v := r.Header.Get(headerProtocolVersion); v != "" && !supportedVersion(v) {
-		writeHTTPError(w, http.StatusBadRequest, fmt.Sprintf("unsupported MCP-Protocol-Version %q (supported: %s, %s)", v, latestVersion, oldestVersion))
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !contains(legacyVersions(), v) {
+		writeRPC(w, http.StatusBadRequest, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage(nullID), Error: unsupportedVersion(v)})
 		return false
 	}
 	sid := r.Header.Get(headerSessionID)

@@ -51,16 +51,27 @@ func TestLockboxEpisode(t *testing.T) {
 			require.Len(t, code, 1, opened.text(t))
 			assert.False(t, ep.Finished(), "reading the code does not end the episode")
 
+			_, ended := ep.FinishedAt()
+			assert.False(t, ended)
+			assert.Nil(t, opened.StructuredContent, "only the last call carries structured content")
+			assert.JSONEq(t, `false`, string(opened.Meta[envmcp.MetaFinished]))
+
 			unlocked := c.callTool(envs.LockboxUnlockTool, map[string]string{"code": code[0]})
 			require.False(t, unlocked.IsError, unlocked.text(t))
-			assert.Equal(t, "unlocked", unlocked.text(t))
+			assert.Equal(t, "unlocked\n\n[episode finished: reward 1 — no more tool calls are needed]", unlocked.text(t))
+			assert.JSONEq(t, `{"finished":true,"reward":1}`, string(unlocked.StructuredContent))
+			assert.JSONEq(t, `true`, string(unlocked.Meta[envmcp.MetaFinished]))
+			assert.JSONEq(t, `1`, string(unlocked.Meta[envmcp.MetaReward]))
 			assert.True(t, ep.Finished())
 
-			// After the env said finished, calls still reach it: the env
-			// refuses, the agent sees isError, and the call is recorded.
+			// After the end, calls never reach the env: the agent sees an
+			// isError result saying so, and the call is recorded and counted.
 			again := c.callTool(envs.LockboxUnlockTool, map[string]string{"code": code[0]})
 			assert.True(t, again.IsError)
-			assert.Contains(t, again.text(t), "the episode is over")
+			assert.Equal(t, "the episode is over (it finished at tool call 2); end the episode", again.text(t))
+			assert.JSONEq(t, `true`, string(again.Meta[envmcp.MetaFinished]))
+			assert.JSONEq(t, `null`, string(again.Meta[envmcp.MetaReward]))
+			assert.Equal(t, 1, ep.CallsAfterFinish())
 
 			calls := ep.Calls()
 			require.Len(t, calls, 3)
@@ -76,8 +87,13 @@ func TestLockboxEpisode(t *testing.T) {
 			assert.False(t, calls[1].IsError)
 			assert.Empty(t, calls[1].Err)
 			assert.True(t, calls[2].IsError)
+			assert.True(t, calls[2].AfterFinish)
+			assert.False(t, calls[1].AfterFinish)
 			assert.Contains(t, calls[2].Err, "the episode is over")
 			assert.Nil(t, calls[2].Reward)
+			at, ended := ep.FinishedAt()
+			require.True(t, ended)
+			assert.Equal(t, calls[1].End, at, "the episode ended when the finishing call returned")
 			for _, call := range calls {
 				assert.False(t, call.Start.IsZero())
 				assert.False(t, call.End.Before(call.Start))

@@ -178,9 +178,15 @@ func (s *Server) handleHTTPState(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, base)
 }
 
+// handleHTTPMCP serves POST /mcp: a standard MCP client's lifecycle (see
+// stdmcp.go) or OpenEnv's own JSON-RPC.
 func (s *Server) handleHTTPMCP(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
+		return
+	}
+	if isStandardMCP(r, body) {
+		s.serveStandardMCP(w, r, body)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.handleRPC(r.Context(), body, rpcCall{parseF: httpParseError}))

@@ -390,10 +390,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/ws":
 		s.handleSocket(w, r, "ws")
 	case "/mcp":
-		if isWS {
+		switch {
+		case isWS:
 			s.handleSocket(w, r, "mcp-ws")
-		} else if methodOK(w, r, http.MethodPost) {
+		case r.Method == http.MethodPost:
 			s.handleHTTPMCP(w, r)
+		case r.Method == http.MethodDelete:
+			s.handleMCPDelete(w, r)
+		default:
+			// GET would open MCP's server-to-client stream, which this
+			// server never sends; the spec lets it answer 405.
+			w.Header().Set("Allow", "POST, DELETE")
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 		}
 	default:
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
