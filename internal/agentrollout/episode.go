@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -192,6 +193,10 @@ func (r *Runner) fill(tr *rollout.Trajectory, rec *gateway.Recorder, ep *envmcp.
 	calls, after := beforeFinish(rec.Calls(), toolCalls)
 	tr.AgentCalls = callStats(rec.Calls(), toolCalls)
 	tr.AgentCalls.AfterFinish = after
+	tr.AgentCalls.DroppedTools = rec.DroppedResponseTools() + rec.DroppedMessageTools()
+	// Tool calls refused after the end never reached the env: they are
+	// counted above, not as the episode's tool calls.
+	toolCalls = slices.DeleteFunc(slices.Clone(toolCalls), func(c envmcp.ToolCall) bool { return c.AfterFinish })
 	if res.Outcome.AgentFault() {
 		tr.AgentStderr = lastBytes(res.StderrTail, maxStderrKept)
 	}
@@ -343,12 +348,10 @@ func callStats(calls []gateway.Call, toolCalls []envmcp.ToolCall) rollout.AgentC
 			st.SeedOverridden++
 		}
 	}
-	finished := false
 	for _, c := range toolCalls {
-		if finished {
+		if c.AfterFinish {
 			st.ToolCallsAfterFinish++
 		}
-		finished = finished || c.Finished
 	}
 	return st
 }

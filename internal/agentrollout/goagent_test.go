@@ -166,7 +166,10 @@ func TestGoAgent(t *testing.T) {
 			assert.Equal(t, 1.0, *tr.Rewards[1], "unlocked with the code read through MCP")
 			calls := h.model.recorded()
 			require.Len(t, calls, 3)
-			last := calls[2]
+			// The third call came after unlock ended the episode: counted,
+			// not trained; the trajectory ends with the unlocking call.
+			assert.Equal(t, 1, tr.AgentCalls.AfterFinish)
+			last := calls[1]
 			assert.Equal(t, append(append([]int32{}, last.req.PromptIDs...), last.res.IDs...), tr.Tokens)
 			assert.Zero(t, tr.PrefixBreaks, "the Go agent's history extends token for token")
 		})

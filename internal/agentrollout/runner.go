@@ -45,6 +45,9 @@ type Options struct {
 	// SystemPrompt, when set, is the first message of the task's prompt.
 	SystemPrompt   string
 	MaxConcurrency int
+	// ToolAnnotations, when set, are the MCP annotations of every env tool
+	// (agent.tool_annotations).
+	ToolAnnotations map[string]any
 	// CallTimeout bounds each env call ortrain makes itself (open, prompt,
 	// tools) and each tool call the agent makes through MCP; CloseTimeout
 	// bounds the cleanup after the agent ended.
@@ -94,7 +97,11 @@ func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, er
 		return nil, fmt.Errorf("agent gateway: %w", err)
 	}
 	r.gw = gw
-	r.mcp = envmcp.New(envmcp.Options{Logger: opts.Logger.With().Str("component", "mcp").Logger(), CallTimeout: opts.CallTimeout})
+	mcpOpts := envmcp.Options{Logger: opts.Logger.With().Str("component", "mcp").Logger(), CallTimeout: opts.CallTimeout}
+	if opts.ToolAnnotations != nil {
+		mcpOpts.ToolAnnotations = envmcp.AnnotateAll(opts.ToolAnnotations)
+	}
+	r.mcp = envmcp.New(mcpOpts)
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("agent rollout ids: %w", err)

@@ -156,13 +156,18 @@ func TestToolAgentTrajectoryIsTheEnginesTokens(t *testing.T) {
 			require.NotNil(t, tr.Rewards[1])
 			assert.Equal(t, 1.0, *tr.Rewards[1], "the code read from the first tool's answer unlocked the box")
 
-			calls := h.model.recorded()
-			require.Len(t, calls, 3, "open, unlock, then an answer without a call")
+			all := h.model.recorded()
+			require.Len(t, all, 3, "open, unlock, then an answer without a call")
+			// The agent asked once more after unlock ended the episode: that
+			// call was answered but is not the episode's, so it is counted,
+			// not trained.
+			assert.Equal(t, 1, tr.AgentCalls.AfterFinish)
+			calls := all[:2]
 			assert.Zero(t, tr.PrefixBreaks)
 			assert.Empty(t, tr.Forks)
-			// The trajectory is the last call's prompt and completion, its
-			// prompt the first call's: every later prompt extends the one
-			// before and its sampled ids, token for token.
+			// The trajectory is the last trained call's prompt and
+			// completion, its prompt the first call's: every later prompt
+			// extends the one before and its sampled ids, token for token.
 			assert.Equal(t, calls[0].req.PromptIDs, tr.Tokens[:tr.PromptLen])
 			last := calls[len(calls)-1]
 			assert.Equal(t, append(slices.Clone(last.req.PromptIDs), last.res.IDs...), tr.Tokens)

@@ -13,23 +13,39 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// BenchmarkGatewayOverhead compares a chat call through HTTP (decode,
-// render, encode, sample, stop scan, parse, record, encode the reply) with
-// calling the fake sampler directly, both from 32 goroutines. It reports the
-// ratio of their wall times and the overhead per call.
+// BenchmarkGatewayOverhead compares a call through HTTP (decode, render,
+// encode, sample, stop scan, parse, record, encode the reply) with calling
+// the fake sampler directly, both from 32 goroutines, for chat completions
+// and for the Responses API (which also keeps each response for
+// previous_response_id). It reports the ratio of their wall times and the
+// overhead per call.
 func BenchmarkGatewayOverhead(b *testing.B) {
 	h := newHarness(b, func(o *Options) { o.Logger = zerolog.Nop() })
 	h.sampler.setKeep(false)
 	key, _ := h.open(b, "bench")
-	body := []byte(`{"model":"tiny-policy","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello."}],"max_tokens":64}`)
-	url := h.url + chatPath("bench")
+	cases := []struct {
+		name, path string
+		body       []byte
+	}{
+		{name: "chat", path: chatPath("bench"),
+			body: []byte(`{"model":"tiny-policy","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello."}],"max_tokens":64}`)},
+		{name: "responses", path: responsesPath("bench"),
+			body: []byte(`{"model":"tiny-policy","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Say hello."}]}],"max_output_tokens":64}`)},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) { benchOverhead(b, h, key, bc.path, bc.body) })
+	}
+}
+
+func benchOverhead(b *testing.B, h *harness, key, path string, body []byte) {
+	url := h.url + path
 	// Warm up: one call, which also gives the prompt the direct path sends.
-	status, raw := h.post(b, chatPath("bench"), key, string(body))
+	status, raw := h.post(b, path, key, string(body))
 	if status != http.StatusOK {
 		b.Fatalf("warm-up: %d %s", status, raw)
 	}
 	h.sampler.setKeep(true)
-	h.post(b, chatPath("bench"), key, string(body))
+	h.post(b, path, key, string(body))
 	direct := h.sampler.lastRequest(b)
 	h.sampler.setKeep(false)
 

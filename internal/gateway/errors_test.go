@@ -137,8 +137,10 @@ func TestAuth(t *testing.T) {
 		})
 	}
 	// A refusal counts against the rollout whose key was presented, never
-	// the targeted one: b's agent reached into a; the rest held no key.
-	assert.Equal(t, 0, recA.Rejected(), "a rollout is not blamed for requests others send to its URL")
+	// the targeted one: b's agent reached into a; the rest held no key. a's
+	// own call to a route the gateway does not serve is a's bad request.
+	assert.Equal(t, 1, recA.Rejected(), "a is blamed only for its own unknown route, not for requests others send to its URL")
+	assert.Equal(t, "POST /rollouts/a/v1/embeddings", recA.Rejections()[0].Route)
 	assert.Equal(t, 1, recB.Rejected(), "using its key on another rollout counts against b")
 	assert.Equal(t, int64(3), h.gw.Unauthorized(), "no key, Basic, a made-up key")
 	assert.Len(t, recA.Calls(), 2)

@@ -1,7 +1,10 @@
 // Package gateway serves an OpenAI-compatible HTTP API (chat completions,
-// text completions, models) from ortrain's own engine, so an agent that
-// keeps its own loop and calls OPENAI_BASE_URL can be trained on exactly
-// what the engine sampled.
+// the Responses API, text completions, models) and Anthropic's Messages API
+// from ortrain's own engine, so an agent that keeps its own loop and calls
+// OPENAI_BASE_URL or ANTHROPIC_BASE_URL can be trained on exactly what the
+// engine sampled. Every API renders through the same chat template and
+// records through the same Recorder, so a conversation is the same tokens
+// whichever API carried it.
 //
 // Multi-tenant (training): Open gives each rollout a base path
 // /rollouts/{id}/v1 and a fresh bearer key; every successful call is
@@ -122,7 +125,8 @@ type Gateway struct {
 	log     zerolog.Logger
 	mux     *http.ServeMux
 
-	unauthorized atomic.Int64 // requests with a key no open rollout holds
+	unauthorized   atomic.Int64 // requests with a key no open rollout holds
+	responsesNoted sync.Map     // Responses API notes already logged (responses.go)
 
 	mu       sync.Mutex
 	rollouts map[string]*rollout
@@ -144,6 +148,8 @@ type rollout struct {
 	// rollout's seed, or a random one. 0 (the single tenant) leaves a
 	// request without a seed to the backend, which draws one.
 	seed int64
+	// responses are the kept Responses API conversations (responses_store.go).
+	responses *responseStore
 }
 
 // generationContext is ctx (a request's: its deadline and cancellation)
@@ -212,7 +218,7 @@ func New(opts Options) (*Gateway, error) {
 		mux: http.NewServeMux(), rollouts: map[string]*rollout{}}
 	g.route("/rollouts/{id}/v1", g.rolloutEndpoint)
 	if st := opts.SingleTenant; st != nil {
-		g.single = &rollout{ctx: context.Background()} // never closed
+		g.single = &rollout{ctx: context.Background(), responses: newResponseStore()} // never closed
 		if st.APIKey != "" {
 			g.single.key = []byte(st.APIKey)
 		}
@@ -237,6 +243,7 @@ func (g *Gateway) route(base string, wrap func(endpoint) http.HandlerFunc) {
 	g.mux.HandleFunc("GET "+base+"/models", wrap(g.handleModels))
 	g.mux.HandleFunc("POST "+base+"/responses", wrap(g.handleResponses))
 	g.mux.HandleFunc("POST "+base+"/messages", wrap(g.handleMessages))
+	g.mux.HandleFunc("POST "+base+"/messages/count_tokens", wrap(g.handleCountTokens))
 }
 
 // Handler returns the HTTP handler of every route.
@@ -286,7 +293,8 @@ func (g *Gateway) open(values context.Context, id string, version *int, seed int
 		seed = int64(binary.LittleEndian.Uint64(sb[:]))
 	}
 	ctx, cancel := context.WithCancelCause(values)
-	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values, seed: seed}
+	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values, seed: seed,
+		responses: newResponseStore()}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.rollouts[id]; ok {

@@ -67,6 +67,8 @@ type Recorder struct {
 	failed     int
 	rejections []Rejection
 	closed     bool
+	anthropic  messagesState // the Messages API's counters and notes (messages.go)
+	responses  respCounters  // the Responses API's counters (responses.go)
 }
 
 type recordedCall struct {

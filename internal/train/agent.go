@@ -51,12 +51,13 @@ func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, ch
 			},
 			CallTimeout: cfg.Engine.GenerateTimeout,
 		},
-		Listen:         cfg.Agent.Listen,
-		EnvNames:       names,
-		SystemPrompt:   cfg.Chat.SystemPrompt,
-		MaxConcurrency: cfg.Rollout.MaxConcurrency,
-		CallTimeout:    cfg.Rollout.CallTimeout,
-		Logger:         log.With().Str("component", "agent").Logger(),
+		Listen:          cfg.Agent.Listen,
+		EnvNames:        names,
+		SystemPrompt:    cfg.Chat.SystemPrompt,
+		MaxConcurrency:  cfg.Rollout.MaxConcurrency,
+		ToolAnnotations: cfg.Agent.ToolAnnotations.MCP(),
+		CallTimeout:     cfg.Rollout.CallTimeout,
+		Logger:          log.With().Str("component", "agent").Logger(),
 	})
 }
 
