@@ -27,6 +27,7 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request, ro *rollout
 		g.fail(w, ro, e)
 		return
 	}
+	g.noteChat(ro, req, plan.choice)
 	promptIDs, e := g.render(plan)
 	if e != nil {
 		g.fail(w, ro, e)

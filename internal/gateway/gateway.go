@@ -125,8 +125,8 @@ type Gateway struct {
 	log     zerolog.Logger
 	mux     *http.ServeMux
 
-	unauthorized   atomic.Int64 // requests with a key no open rollout holds
-	responsesNoted sync.Map     // Responses API notes already logged (responses.go)
+	unauthorized atomic.Int64 // requests with a key no open rollout holds
+	noted        sync.Map     // notes already logged (noteOnce)
 
 	mu       sync.Mutex
 	rollouts map[string]*rollout

@@ -47,7 +47,7 @@ type messagesRequest struct {
 	TopP          *float64        `json:"top_p"`
 	TopK          *int            `json:"top_k"`
 	Stream        *bool           `json:"stream"`
-	// Accepted but not applied; noted once per rollout.
+	// Accepted but not applied; noted once per run.
 	Thinking          json.RawMessage `json:"thinking"`
 	ContextManagement json.RawMessage `json:"context_management"`
 	OutputConfig      json.RawMessage `json:"output_config"`
@@ -333,7 +333,6 @@ func (g *Gateway) failMessages(w http.ResponseWriter, ro *rollout, e *apiError) 
 // Recorder under Recorder.mu.
 type messagesState struct {
 	droppedTools int
-	noted        map[string]bool // notes already logged for this rollout
 }
 
 // DroppedMessageTools counts the server tools (web search, bash, text
@@ -353,31 +352,11 @@ func (r *Recorder) dropMessageTools(n int) {
 	}
 }
 
-// firstMessagesNote is true the first time note is asked for.
-func (r *Recorder) firstMessagesNote(note string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.anthropic.noted[note] {
-		return false
-	}
-	if r.anthropic.noted == nil {
-		r.anthropic.noted = map[string]bool{}
-	}
-	r.anthropic.noted[note] = true
-	return true
-}
-
 // noteMessages logs what a request asked for that is accepted but not
 // applied: at info once per rollout (an agent sends the same settings on
 // every call), at debug for the single tenant, which keeps no state.
 func (g *Gateway) noteMessages(ro *rollout, req *messagesRequest, p *messagesPlan) {
-	note := func(key, msg string) {
-		ev := g.log.Debug()
-		if ro.rec != nil && ro.rec.firstMessagesNote(key) {
-			ev = g.log.Info()
-		}
-		ev.Str("rollout", ro.id).Msg(msg)
-	}
+	note := func(key, msg string) { g.noteOnce(ro, "messages."+key, msg) }
 	if present(req.Thinking) {
 		note("thinking", "messages: thinking is accepted but not applied; the model thinks as its chat template and kwargs say")
 	}

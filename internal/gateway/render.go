@@ -22,6 +22,10 @@ type chatRequest struct {
 	TopLogprobs         *int            `json:"top_logprobs"`
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
+	// Accepted, not applied: noted once per run (noteChat).
+	ParallelToolCalls *bool            `json:"parallel_tool_calls"`
+	Store             *bool            `json:"store"`
+	ResponseFormat    *json.RawMessage `json:"response_format"`
 }
 
 type streamOptions struct {
@@ -83,6 +87,7 @@ type chatPlan struct {
 	messages   []chat.Message
 	tools      []chat.Tool
 	parseCalls bool // tools offered and tool_choice is not "none"
+	choice     toolChoice
 }
 
 // decodeChatRequest reads and checks a chat completion body.
@@ -111,7 +116,7 @@ func planChat(req *chatRequest) (*chatPlan, *apiError) {
 	if err != nil {
 		return nil, err
 	}
-	return &chatPlan{messages: msgs, tools: tools, parseCalls: len(tools) > 0 && choice != choiceNone}, nil
+	return &chatPlan{messages: msgs, tools: tools, parseCalls: len(tools) > 0 && choice != choiceNone, choice: choice}, nil
 }
 
 func convertTools(in []wireTool) ([]chat.Tool, *apiError) {

@@ -371,11 +371,7 @@ func (r *Recorder) dropResponseTools(n int) {
 // on every call), what a request asked for that is accepted but not
 // applied.
 func (g *Gateway) noteResponses(ro *rollout, req *responsesRequest, p *responsesPlan) {
-	note := func(key, msg string) {
-		if _, seen := g.responsesNoted.LoadOrStore(key, true); !seen {
-			g.log.Info().Str("rollout", ro.id).Msg("responses: " + msg)
-		}
-	}
+	note := func(key, msg string) { g.noteOnce(ro, "responses."+key, "responses: "+msg) }
 	if req.ParallelToolCalls != nil {
 		note("parallel_tool_calls", "parallel_tool_calls is accepted but not enforced; the model writes as many calls as it writes")
 	}
