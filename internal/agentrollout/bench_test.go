@@ -24,8 +24,9 @@ import (
 )
 
 // BenchmarkGatewayOverhead measures what an agent pays for the gateway:
-// 32 concurrent agents each make chat calls through HTTP (render, sample,
-// parse, record, JSON) against the same calls made on the engine directly
+// 32 concurrent agents each make chat calls, or Responses API calls,
+// through HTTP (render, sample, parse, record, JSON) against the same calls
+// made on the engine directly
 // (the prompt ids rendered in-process, then Generate), on the real worker
 // with the tiny model, greedy so both paths generate the same tokens.
 // Rounds alternate the order; it prints BENCH_GATEWAY lines and the median
@@ -106,10 +107,19 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		close(errs)
 		return time.Since(start), <-errs
 	}
-	through := func(round int) (time.Duration, error) {
+	// bodies are the request each API sends for the same prompt.
+	bodies := map[string]func(text string) (string, any){
+		"chat": func(text string) (string, any) {
+			return "/chat/completions", map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": text}}}
+		},
+		"responses": func(text string) (string, any) {
+			return "/responses", map[string]any{"model": "m", "input": text}
+		},
+	}
+	through := func(round int, api string) (time.Duration, error) {
 		keys := make([]string, agents)
 		for a := range agents {
-			id := fmt.Sprintf("g%d-%d", round, a)
+			id := fmt.Sprintf("g%s%d-%d", api, round, a)
 			key, _, err := gw.Open(id)
 			if err != nil {
 				return 0, err
@@ -123,8 +133,9 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		for a := range agents {
 			wg.Go(func() {
 				for c := range callsPerAgent {
-					body, _ := json.Marshal(map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": prompt(a, c)}}})
-					req, _ := http.NewRequest(http.MethodPost, base+gateway.RolloutPath(fmt.Sprintf("g%d-%d", round, a))+"/chat/completions", bytes.NewReader(body))
+					route, v := bodies[api](prompt(a, c))
+					body, _ := json.Marshal(v)
+					req, _ := http.NewRequest(http.MethodPost, base+gateway.RolloutPath(fmt.Sprintf("g%s%d-%d", api, round, a))+route, bytes.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+keys[a])
 					req.Header.Set("Content-Type", "application/json")
 					resp, err := client.Do(req)
@@ -147,32 +158,38 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		return time.Since(start), <-errs
 	}
 
-	var overheads []float64
+	overheads := map[string][]float64{}
+	apis := []string{"chat", "responses"}
 	for range b.N {
 		for r := range rounds {
-			var d, g time.Duration
-			var err1, err2 error
-			if r%2 == 0 {
-				d, err1 = direct()
-				g, err2 = through(r)
-			} else {
-				g, err2 = through(r)
-				d, err1 = direct()
+			for _, api := range apis {
+				var d, g time.Duration
+				var err1, err2 error
+				if r%2 == 0 {
+					d, err1 = direct()
+					g, err2 = through(r, api)
+				} else {
+					g, err2 = through(r, api)
+					d, err1 = direct()
+				}
+				if err1 != nil || err2 != nil {
+					b.Fatal(err1, err2)
+				}
+				o := g.Seconds()/d.Seconds() - 1
+				overheads[api] = append(overheads[api], o)
+				fmt.Printf("BENCH_GATEWAY api=%s round=%d agents=%d calls=%d direct_s=%.3f gateway_s=%.3f overhead=%.1f%%\n",
+					api, r, agents, agents*callsPerAgent, d.Seconds(), g.Seconds(), 100*o)
 			}
-			if err1 != nil || err2 != nil {
-				b.Fatal(err1, err2)
-			}
-			o := g.Seconds()/d.Seconds() - 1
-			overheads = append(overheads, o)
-			fmt.Printf("BENCH_GATEWAY round=%d agents=%d calls=%d direct_s=%.3f gateway_s=%.3f overhead=%.1f%%\n",
-				r, agents, agents*callsPerAgent, d.Seconds(), g.Seconds(), 100*o)
 		}
 	}
-	sort.Float64s(overheads)
-	med := overheads[len(overheads)/2]
-	fmt.Printf("BENCH_GATEWAY median overhead %.1f%% (min %.1f%%, max %.1f%%) over %d rounds, 32 concurrent agents\n",
-		100*med, 100*overheads[0], 100*overheads[len(overheads)-1], len(overheads))
-	b.ReportMetric(100*med, "overhead_%")
+	for _, api := range apis {
+		list := overheads[api]
+		sort.Float64s(list)
+		med := list[len(list)/2]
+		fmt.Printf("BENCH_GATEWAY %s median overhead %.1f%% (min %.1f%%, max %.1f%%) over %d rounds, 32 concurrent agents\n",
+			api, 100*med, 100*list[0], 100*list[len(list)-1], len(list))
+		b.ReportMetric(100*med, api+"_overhead_%")
+	}
 }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
