@@ -438,6 +438,13 @@ func (ro *rollout) authorized(r *http.Request) bool {
 
 // fail answers with an OpenAI error and counts it against the rollout.
 func (g *Gateway) fail(w http.ResponseWriter, ro *rollout, e *apiError) {
+	g.refuse(w, ro, e, "request refused")
+	writeError(w, e)
+}
+
+// refuse counts a refusal against the rollout (naming the route the agent
+// called) and logs it; the caller writes the error in its API's shape.
+func (g *Gateway) refuse(w http.ResponseWriter, ro *rollout, e *apiError, what string) {
 	if ro.rec != nil {
 		route := ""
 		if rw, ok := w.(*routeWriter); ok {
@@ -449,8 +456,7 @@ func (g *Gateway) fail(w http.ResponseWriter, ro *rollout, e *apiError) {
 	if e.status >= 500 {
 		ev = g.log.Warn()
 	}
-	ev.Str("rollout", ro.id).Int("status", e.status).Str("param", e.param).Str("error", e.message).Msg("request refused")
-	writeError(w, e)
+	ev.Str("rollout", ro.id).Int("status", e.status).Str("param", e.param).Str("error", e.message).Msg(what)
 }
 
 func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request, ro *rollout) {

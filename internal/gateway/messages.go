@@ -310,18 +310,7 @@ func anthErrorType(status int) string {
 // rollout the same way, logged the same way. Anthropic's body has no param
 // field, so the message names the field at fault.
 func (g *Gateway) failMessages(w http.ResponseWriter, ro *rollout, e *apiError) {
-	if ro.rec != nil {
-		route := ""
-		if rw, ok := w.(*routeWriter); ok {
-			route = rw.route
-		}
-		ro.rec.rejectRoute(e, route, g.opts.Now())
-	}
-	ev := g.log.Debug()
-	if e.status >= 500 {
-		ev = g.log.Warn()
-	}
-	ev.Str("rollout", ro.id).Int("status", e.status).Str("param", e.param).Str("error", e.message).Msg("messages request refused")
+	g.refuse(w, ro, e, "messages request refused")
 	msg := e.message
 	if e.param != "" && !strings.Contains(msg, e.param) {
 		msg = e.param + ": " + msg

@@ -13,41 +13,6 @@ import (
 // stop reason and usage) and message_stop. Every failure happens before the
 // first byte, so errors keep their HTTP status.
 
-// namedSSE writes Server-Sent Events with an event name, as Anthropic's
-// stream has them (stream.go's sseWriter writes data lines only).
-type namedSSE struct {
-	w       http.ResponseWriter
-	flusher http.Flusher
-	err     error
-}
-
-func newNamedSSE(w http.ResponseWriter) *namedSSE {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	f, _ := w.(http.Flusher)
-	return &namedSSE{w: w, flusher: f}
-}
-
-// event writes "event: name" and "data: {json}"; after a failed write (the
-// client went away) it does nothing.
-func (s *namedSSE) event(name string, v any) {
-	if s.err != nil {
-		return
-	}
-	data, err := marshal(v)
-	if err != nil {
-		s.err = err
-		return
-	}
-	buf := make([]byte, 0, len(name)+len(data)+16)
-	buf = append(append(append(buf, "event: "...), name...), "\ndata: "...)
-	buf = append(append(buf, data...), "\n\n"...)
-	if _, s.err = s.w.Write(buf); s.err == nil && s.flusher != nil {
-		s.flusher.Flush()
-	}
-}
-
 type anthBlockIndex struct {
 	Type  string `json:"type"`
 	Index int    `json:"index"`
@@ -81,16 +46,16 @@ type anthMessageDelta struct {
 }
 
 func (g *Gateway) streamMessage(w http.ResponseWriter, m anthMessageOut) {
-	sse := newNamedSSE(w)
+	sse := newSSEWriter(w)
 	start := m
 	start.Content = []anthBlockOut{}
 	start.StopReason, start.StopSequence = nil, nil
 	start.Usage.OutputTokens = 0 // counted in message_delta, as Anthropic does
-	sse.event("message_start", struct {
+	sse.named("message_start", struct {
 		Type    string         `json:"type"`
 		Message anthMessageOut `json:"message"`
 	}{"message_start", start})
-	sse.event("ping", struct {
+	sse.named("ping", struct {
 		Type string `json:"type"`
 	}{"ping"})
 	for i, b := range m.Content {
@@ -105,16 +70,16 @@ func (g *Gateway) streamMessage(w http.ResponseWriter, m anthMessageOut) {
 			head.Text = new(string)
 			delta = anthDelta{Type: "text_delta", Text: b.Text}
 		}
-		sse.event("content_block_start", anthBlockStart{Type: "content_block_start", Index: i, ContentBlock: head})
+		sse.named("content_block_start", anthBlockStart{Type: "content_block_start", Index: i, ContentBlock: head})
 		if (delta.Text != nil && *delta.Text != "") || delta.PartialJSON != nil {
-			sse.event("content_block_delta", anthBlockDelta{Type: "content_block_delta", Index: i, Delta: delta})
+			sse.named("content_block_delta", anthBlockDelta{Type: "content_block_delta", Index: i, Delta: delta})
 		}
-		sse.event("content_block_stop", anthBlockIndex{Type: "content_block_stop", Index: i})
+		sse.named("content_block_stop", anthBlockIndex{Type: "content_block_stop", Index: i})
 	}
 	md := anthMessageDelta{Type: "message_delta", Usage: m.Usage}
 	md.Delta.StopReason, md.Delta.StopSequence = m.StopReason, m.StopSequence
-	sse.event("message_delta", md)
-	sse.event("message_stop", struct {
+	sse.named("message_delta", md)
+	sse.named("message_stop", struct {
 		Type string `json:"type"`
 	}{"message_stop"})
 	if sse.err != nil {

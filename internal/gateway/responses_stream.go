@@ -36,25 +36,6 @@ type respEvent struct {
 	Logprobs       json.RawMessage `json:"logprobs,omitempty"`
 }
 
-// named writes one "event: name" / "data: {json}" event (sseWriter's data
-// writes the data line alone); after a failed write it does nothing.
-func (s *sseWriter) named(name string, v any) {
-	if s.err != nil {
-		return
-	}
-	data, err := marshal(v)
-	if err != nil {
-		s.err = err
-		return
-	}
-	buf := make([]byte, 0, len(name)+len(data)+16)
-	buf = append(append(append(buf, "event: "...), name...), "\ndata: "...)
-	buf = append(append(buf, data...), "\n\n"...)
-	if _, s.err = s.w.Write(buf); s.err == nil && s.flusher != nil {
-		s.flusher.Flush()
-	}
-}
-
 func (g *Gateway) streamResponse(w http.ResponseWriter, resp *responseOut) {
 	sse := newSSEWriter(w)
 	seq := 0

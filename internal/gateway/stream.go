@@ -49,6 +49,25 @@ func (s *sseWriter) data(payload []byte) {
 
 func (s *sseWriter) done() { s.data([]byte("[DONE]")) }
 
+// named writes one "event: name" / "data: {json}" event, as the Responses
+// and Messages streams have them; after a failed write it does nothing.
+func (s *sseWriter) named(name string, v any) {
+	if s.err != nil {
+		return
+	}
+	data, err := marshal(v)
+	if err != nil {
+		s.err = err
+		return
+	}
+	buf := make([]byte, 0, len(name)+len(data)+16)
+	buf = append(append(append(buf, "event: "...), name...), "\ndata: "...)
+	buf = append(append(buf, data...), "\n\n"...)
+	if _, s.err = s.w.Write(buf); s.err == nil && s.flusher != nil {
+		s.flusher.Flush()
+	}
+}
+
 type chatChunk struct {
 	ID      string        `json:"id"`
 	Object  string        `json:"object"`
