@@ -52,7 +52,9 @@ type Options struct {
 	// tools) and each tool call the agent makes through MCP; CloseTimeout
 	// bounds the cleanup after the agent ended.
 	CallTimeout, CloseTimeout time.Duration
-	Logger                    zerolog.Logger
+	// Conn bounds the listener's connections (zero: gateway's defaults).
+	Conn   gateway.ConnLimits
+	Logger zerolog.Logger
 }
 
 // Runner plays rollouts with the agent. It implements the trainer's
@@ -116,7 +118,7 @@ func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, er
 		return nil, fmt.Errorf("agent gateway: listen on %s (agent.listen): %w", opts.Listen, err)
 	}
 	r.base = "http://" + ln.Addr().String()
-	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	r.srv = opts.Conn.Server(mux)
 	go func() { r.served <- r.srv.Serve(ln) }()
 	return r, nil
 }

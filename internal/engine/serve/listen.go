@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/ortrain/ortrain/internal/gateway"
 )
 
 // shutdownGrace bounds how long in-flight requests may finish after ctx ends.
@@ -16,7 +18,11 @@ const shutdownGrace = 10 * time.Second
 // shutdownGrace to finish before connections are closed. It returns nil
 // after a shutdown, or the error that stopped serving.
 func Run(ctx context.Context, l net.Listener, h http.Handler) error {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	return run(ctx, l, h, gateway.ConnLimits{})
+}
+
+func run(ctx context.Context, l net.Listener, h http.Handler, limits gateway.ConnLimits) error {
+	hs := limits.Server(h)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(l) }()
 	select {
