@@ -182,7 +182,7 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	}
 	defer backend.Close()
 	so := serve.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
-		EOSIDs: backend.EOSIDs(), LoRA: opts.EnableLoRA, APIKey: opts.APIKey, Logger: opts.Logger,
+		EOSIDs: backend.EOSIDs(), VocabSize: backend.VocabSize(), LoRA: opts.EnableLoRA, APIKey: opts.APIKey, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
 	if so.ModelName == "" {
 		so.ModelName = opts.Model

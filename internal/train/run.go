@@ -309,11 +309,25 @@ func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *ste
 	case runErr == nil:
 		return res, nil
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("%w at step %d (checkpoint: %s): %v", ErrInterrupted, loop.Step(), res.Checkpoint, runErr)
+		return res, fmt.Errorf("%w at step %d (%s): %v", ErrInterrupted, loop.Step(), savedNote(ro, res, loop.Step()), runErr)
 	case res.Checkpoint != "":
 		return res, fmt.Errorf("%w (step %d, the last completed one, is saved in %s; continue with --resume)", runErr, res.savedStep, res.Checkpoint)
 	}
 	return res, runErr
+}
+
+// savedNote says where an interrupted run's last completed step is saved,
+// or that nothing was, never an empty path.
+func savedNote(ro RunOptions, res *Result, step int) string {
+	switch {
+	case res.Checkpoint != "":
+		return "checkpoint: " + res.Checkpoint
+	case step == 0:
+		return "no step had completed: nothing was saved"
+	case !ro.rank0():
+		return "rank 0 saves the checkpoint"
+	}
+	return "nothing was saved" // the save failed; the error says why
 }
 
 // saveCheckpoint writes the last completed step: weights, optimizer, loop

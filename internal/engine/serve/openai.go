@@ -360,6 +360,8 @@ type apiError struct {
 	code    string // "" is null
 }
 
+func (e *apiError) Error() string { return e.message }
+
 func badRequest(param, msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, param: param, message: msg}
 }

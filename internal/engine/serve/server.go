@@ -51,6 +51,10 @@ type Options struct {
 	ModelRoot   string  // the model directory (/v1/models "root"; reload default)
 	MaxModelLen int     // prompt + completion cap (0: unbounded)
 	EOSIDs      []int32 // stop ids unless a request sets ignore_eos
+	// VocabSize is the model's vocabulary (its embedding rows): a token-id
+	// prompt naming an id outside it is refused with 400 before it reaches
+	// the backend, which would fail the whole batch. 0: not checked.
+	VocabSize int
 	// LoRA registers the adapter routes, as vLLM does only with
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
 	LoRA bool
@@ -199,8 +203,9 @@ type completionBody struct {
 func (s *Server) parse(b *completionBody) ([][]int32, engine.Request, int, error) {
 	var prompts [][]int32
 	var one []int32
+	flat := false // one list of ids, not a list of prompts
 	if err := json.Unmarshal(b.Prompt, &one); err == nil && len(one) > 0 {
-		prompts = [][]int32{one}
+		prompts, flat = [][]int32{one}, true
 	} else if err := json.Unmarshal(b.Prompt, &prompts); err != nil || len(prompts) == 0 {
 		return nil, engine.Request{}, 0, fmt.Errorf("prompt must be a non-empty list of token ids or a list of such lists (serve-engine does not tokenize text)")
 	}
@@ -208,9 +213,16 @@ func (s *Server) parse(b *completionBody) ([][]int32, engine.Request, int, error
 		if len(p) == 0 {
 			return nil, engine.Request{}, 0, fmt.Errorf("prompt %d is empty", i)
 		}
-		for _, id := range p {
+		for j, id := range p {
 			if id < 0 {
 				return nil, engine.Request{}, 0, fmt.Errorf("prompt %d has negative token id %d", i, id)
+			}
+			if v := s.opts.VocabSize; v > 0 && int(id) >= v {
+				at := fmt.Sprintf("prompt[%d][%d]", i, j)
+				if flat {
+					at = fmt.Sprintf("prompt[%d]", j)
+				}
+				return nil, engine.Request{}, 0, badRequest("prompt", fmt.Sprintf("%s = %d is not a token id of this model's vocabulary (0 to %d)", at, id, v-1))
 			}
 		}
 	}
@@ -283,7 +295,12 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prompts, base, n, err := s.parse(&body)
-	if err != nil {
+	var apiErr *apiError
+	switch {
+	case errors.As(err, &apiErr):
+		writeOpenAIError(w, apiErr) // names the field, as the gateway's refusals do
+		return
+	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

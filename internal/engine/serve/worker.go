@@ -106,6 +106,10 @@ func (b *WorkerBackend) Close() error {
 // --max-model-len).
 func (b *WorkerBackend) MaxPositionEmbeddings() int { return b.cfg.MaxPositionEmbeddings }
 
+// VocabSize is the model's vocabulary size (config.json vocab_size): the
+// token ids its embedding has rows for.
+func (b *WorkerBackend) VocabSize() int { return b.cfg.VocabSize }
+
 // EOSIDs are the model's end-of-sequence ids (stop ids unless a request
 // sets ignore_eos).
 func (b *WorkerBackend) EOSIDs() []int32 {

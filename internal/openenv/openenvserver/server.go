@@ -24,7 +24,8 @@ type Options struct {
 	Logger zerolog.Logger
 	// MaxSessions is the capacity shared by /ws, the /mcp WebSocket and
 	// openenv/session/create (default 8, the echo app's
-	// MAX_CONCURRENT_ENVS default).
+	// MAX_CONCURRENT_ENVS default). A socket's slot is free before the
+	// peer sees its close frame; the instance's Close may run on after.
 	MaxSessions int
 	// IdleTimeout closes sessions with no request for this long (default
 	// 900 s); ReapInterval is how often the sweep runs (default 5 s).
@@ -56,8 +57,11 @@ type Server struct {
 	// actionFields validate Gym-style actions (nil for MCP envs).
 	actionFields []Field
 
-	mu       sync.Mutex
-	active   int // slots taken, released after teardown
+	mu sync.Mutex
+	// active counts slots taken. A slot is freed when its session ends,
+	// before the peer hears of it (wswatch.go); the instance's Close may
+	// still be running then, so live instances can briefly exceed it.
+	active   int
 	sessions map[string]*session
 	closed   bool
 	httpSrv  []*http.Server
@@ -235,6 +239,7 @@ type session struct {
 	// kill closes the socket holding the session (nil for HTTP sessions).
 	kill  func(reason string)
 	ended sync.Once
+	slot  sync.Once // frees the session's capacity slot
 }
 
 func (sess *session) touch() { sess.lastActive.Store(time.Now().UnixNano()) }
@@ -318,21 +323,26 @@ func (s *Server) release() {
 	s.mu.Unlock()
 }
 
-// endSession closes the session's socket (if any), closes its instance
-// and frees its slot; only the first call does anything.
+// freeSlot frees sess's capacity slot; only the first call does anything.
+func (s *Server) freeSlot(sess *session) { sess.slot.Do(s.release) }
+
+// endSession frees the session's slot, closes its socket (if any) and then
+// its instance; only the first call does anything. The slot goes first: a
+// client that opens its next session on hearing the close must find it
+// free, however long the instance takes to close.
 func (s *Server) endSession(sess *session, reason string) {
 	sess.ended.Do(func() {
 		s.mu.Lock()
 		delete(s.sessions, sess.id)
 		s.closedCount.Add(1) // with the delete, so Stats never sees neither
 		s.mu.Unlock()
+		s.freeSlot(sess)
 		if sess.kill != nil {
 			sess.kill(reason)
 		}
 		sess.mu.Lock()
 		s.closeInstance(sess.inst)
 		sess.mu.Unlock()
-		s.release()
 	})
 }
 

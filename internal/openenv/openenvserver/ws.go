@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"time"
-
 	"net/http"
+	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -26,7 +26,8 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 	s.handlers.Add(1)
 	s.mu.Unlock()
 	defer s.handlers.Done()
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	ww := &watchWriter{ResponseWriter: w}
+	conn, err := websocket.Accept(ww, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		return // Accept answered the bad handshake itself
 	}
@@ -50,12 +51,20 @@ func (s *Server) handleSocket(w http.ResponseWriter, r *http.Request, kind strin
 		return
 	}
 	defer s.endSession(sess, "disconnected")
+	// Whoever closes, the slot is free before the close frame goes out.
+	ww.watch.arm(func() { s.freeSlot(sess) })
 	if s.opts.PingInterval > 0 {
 		go s.pingLoop(ctx, conn)
 	}
 	for {
-		_, data, err := conn.Read(ctx)
+		typ, data, err := conn.Read(ctx)
 		if err != nil {
+			return
+		}
+		if typ == websocket.MessageText && !utf8.Valid(data) {
+			// RFC 6455 §8.1: text that is not UTF-8 fails the connection
+			// with 1007; it is never handed to the protocol.
+			s.closeConn(conn, websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
 		done := sess.begin()

@@ -3,13 +3,26 @@ package orsserver
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/ortrain/ortrain/internal/ors"
 )
 
 const maxBodyBytes = 16 << 20
+
+// maxEchoBytes caps the input a validation item repeats: pydantic echoes
+// the whole input per item, so an unbounded echo turns one large body into
+// a reply several times its size.
+const maxEchoBytes = 1 << 10
+
+// truncatedMark ends an echoed input that was cut at maxEchoBytes.
+const truncatedMark = "... [truncated]"
 
 type fieldKind int
 
@@ -27,12 +40,58 @@ type bodyField struct {
 	required bool
 }
 
-// validationItem is one entry of a FastAPI-style 422 detail list.
+// validationItem is one entry of a FastAPI-style 422 detail list. Build it
+// with newItem, which caps the echoed input.
 type validationItem struct {
 	Type  string `json:"type"`
 	Loc   []any  `json:"loc"`
 	Msg   string `json:"msg"`
 	Input any    `json:"input"`
+	// InputTruncated marks an Input cut to its first maxEchoBytes of JSON
+	// text (then a string ending in truncatedMark).
+	InputTruncated bool `json:"input_truncated,omitempty"`
+}
+
+func newItem(typ string, loc []any, msg string, input any) validationItem {
+	in, cut := echoInput(input)
+	return validationItem{Type: typ, Loc: loc, Msg: msg, Input: in, InputTruncated: cut}
+}
+
+// echoInput returns input unchanged when its JSON text fits maxEchoBytes,
+// and otherwise that text's first maxEchoBytes (on a rune boundary) plus
+// truncatedMark, as a string. Only one byte past the cap is copied.
+func echoInput(input any) (any, bool) {
+	var text string
+	switch v := input.(type) {
+	case json.RawMessage:
+		if len(v) <= maxEchoBytes {
+			return v, false
+		}
+		text = string(v[:maxEchoBytes+1])
+	case string:
+		if len(v) <= maxEchoBytes {
+			return v, false
+		}
+		text = v[:maxEchoBytes+1]
+	default:
+		b, err := ors.MarshalJSON(v)
+		if err != nil || len(b) <= maxEchoBytes {
+			return v, false
+		}
+		text = string(b[:maxEchoBytes+1])
+	}
+	return truncateText(text, maxEchoBytes) + truncatedMark, true
+}
+
+// truncateText cuts s to at most n bytes without splitting a rune.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // decodeBody reads a JSON object body that may hold only fields, checks
@@ -40,8 +99,14 @@ type validationItem struct {
 // answers 422 on any violation. Null optional values are dropped.
 func decodeBody(w http.ResponseWriter, r *http.Request, fields []bodyField) (map[string]json.RawMessage, bool) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{{"json_invalid", []any{"body", 0}, "JSON decode error", err.Error()}}})
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		// Not a validation failure: the body was never read whole.
+		writeDetail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes", maxBodyBytes))
+		return nil, false
+	case err != nil:
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{newItem("json_invalid", []any{"body", 0}, "JSON decode error", err.Error())}})
 		return nil, false
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
@@ -49,7 +114,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields []bodyField) (map
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{{"model_attributes_type", []any{"body"}, "Input should be a valid dictionary or object to extract fields from", string(raw)}}})
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{newItem("model_attributes_type", []any{"body"}, "Input should be a valid dictionary or object to extract fields from", string(raw))}})
 		return nil, false
 	}
 	var items []validationItem
@@ -63,7 +128,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields []bodyField) (map
 		}
 		if !ok {
 			if f.required {
-				items = append(items, validationItem{"missing", []any{"body", f.name}, "Field required", json.RawMessage(raw)})
+				items = append(items, newItem("missing", []any{"body", f.name}, "Field required", json.RawMessage(raw)))
 			}
 			continue
 		}
@@ -76,7 +141,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields []bodyField) (map
 	}
 	for k, v := range obj {
 		if !known[k] {
-			items = append(items, validationItem{"extra_forbidden", []any{"body", k}, "Extra inputs are not permitted", v})
+			items = append(items, newItem("extra_forbidden", []any{"body", k}, "Extra inputs are not permitted", v))
 		}
 	}
 	if len(items) > 0 {
@@ -89,7 +154,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields []bodyField) (map
 func checkBodyKind(f bodyField, v json.RawMessage) (json.RawMessage, *validationItem) {
 	c := firstByte(v)
 	bad := func(typ, msg string) *validationItem {
-		return &validationItem{typ, []any{"body", f.name}, msg, v}
+		item := newItem(typ, []any{"body", f.name}, msg, v)
+		return &item
 	}
 	switch f.kind {
 	case kindString:
@@ -148,5 +214,5 @@ func bodyInt(obj map[string]json.RawMessage, key string) (int, bool) {
 }
 
 func unprocessable(w http.ResponseWriter, msg string, input any) {
-	writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{{"value_error", []any{"body"}, msg, input}}})
+	writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []validationItem{newItem("value_error", []any{"body"}, msg, input)}})
 }

@@ -7,6 +7,12 @@
 // count plus a getter), its shared tools, and a constructor that builds one
 // Instance per session from a task spec and secrets. An Instance gives the
 // prompt and may add Setup, Teardown and task-scoped tools.
+//
+// Beyond the reference, the kit bounds what one client can make it hold or
+// send back: request bodies at 16 MiB (413), session ids at 256 bytes (400),
+// the input a 422 item repeats at 1 KiB (marked input_truncated), and, with
+// Options.MaxSessions, the sessions open at once (503, which ORS clients
+// wait out and retry).
 package orsserver
 
 import (

@@ -261,7 +261,7 @@ func pyErrors(errs []pyError) string {
 		if e.loc != "" {
 			loc = "(" + pyQuote(e.loc) + ",)"
 		}
-		fmt.Fprintf(&b, "{'type': %s, 'loc': %s, 'msg': %s, 'input': %s}", pyQuote(e.typ), loc, pyQuote(e.msg), pyRepr(e.input))
+		fmt.Fprintf(&b, "{'type': %s, 'loc': %s, 'msg': %s, 'input': %s}", pyQuote(e.typ), loc, pyQuote(e.msg), echoRepr(e.input))
 	}
 	b.WriteByte(']')
 	return b.String()
@@ -272,6 +272,15 @@ func pyQuote(s string) string {
 		return `"` + s + `"`
 	}
 	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+}
+
+// echoRepr is pyRepr of an echoed input, capped as validation items are
+// (the input is repeated per error, so a large one would multiply).
+func echoRepr(raw string) string {
+	if len(raw) > maxEchoBytes {
+		return pyQuote(truncateText(raw, maxEchoBytes) + truncatedMark)
+	}
+	return pyRepr(raw)
 }
 
 // pyRepr renders a JSON value as Python's repr of the decoded value.

@@ -34,6 +34,12 @@ type Options struct {
 	TeardownTimeout time.Duration
 	// Version is reported by /version.
 	Version string
+	// MaxSessions caps the sessions open at once; /create past it answers
+	// 503 with Retry-After, the busy answer ORS clients wait out and
+	// retry. 0 (the default) is unlimited, as in the reference server:
+	// the idle reaper alone bounds how long a session lives, so set a cap
+	// where the server is reachable by clients you do not control.
+	MaxSessions int
 	// Hooks are for tests that need a misbehaving server.
 	Hooks Hooks
 }
@@ -395,10 +401,18 @@ func methodOK(w http.ResponseWriter, r *http.Request, method string) bool {
 	return false
 }
 
+// maxSIDBytes bounds a session id: ids are caller-chosen and kept for the
+// session's life (the reference's are 36-byte UUIDs).
+const maxSIDBytes = 256
+
 func requireSID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	sid := strings.TrimSpace(r.Header.Get("X-Session-ID"))
-	if sid == "" {
+	switch {
+	case sid == "":
 		writeDetail(w, http.StatusBadRequest, "X-Session-ID header is required")
+		return "", false
+	case len(sid) > maxSIDBytes:
+		writeDetail(w, http.StatusBadRequest, fmt.Sprintf("X-Session-ID header is %d bytes long; the limit is %d", len(sid), maxSIDBytes))
 		return "", false
 	}
 	return sid, true

@@ -148,25 +148,47 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !s.startSession(sid, env, spec, secrets) {
+	switch s.startSession(sid, env, spec, secrets) {
+	case startExists:
 		writeDetail(w, http.StatusBadRequest, "Session already exists")
+		return
+	case startFull:
+		// 503 is the busy answer ORS clients wait out and retry (ortrain's
+		// and openreward's sessions policy retry 429/502/503/504).
+		w.Header().Set("Retry-After", "1")
+		writeDetail(w, http.StatusServiceUnavailable, fmt.Sprintf("Server at capacity: %d sessions open (the limit); retry after one ends", s.opts.MaxSessions))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"sid": sid})
 }
 
+// startOutcome is what startSession did.
+type startOutcome int
+
+const (
+	startOK     startOutcome = iota
+	startExists              // sid is live already
+	startFull                // MaxSessions are open
+)
+
 // startSession registers sid and runs construction and setup in the
-// background; false if sid is taken.
-func (s *Server) startSession(sid string, env *servedEnv, spec json.RawMessage, secrets map[string]string) bool {
+// background, unless sid is taken or every slot is.
+func (s *Server) startSession(sid string, env *servedEnv, spec json.RawMessage, secrets map[string]string) startOutcome {
+	if _, ok := s.sessions.Load(sid); ok {
+		return startExists // before the capacity check: a duplicate is a client bug, not a wait
+	}
+	if !s.reserveSlot() {
+		return startFull
+	}
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	sess := &session{sid: sid, env: env, ready: make(chan struct{}), deleted: make(chan struct{}), cancelSetup: cancel}
 	sess.touch()
 	if _, loaded := s.sessions.LoadOrStore(sid, sess); loaded {
+		s.live.Add(-1)
 		cancel()
-		return false
+		return startExists
 	}
 	s.created.Add(1)
-	s.live.Add(1)
 	go func() {
 		inst, err := s.setup(ctx, env, spec, secrets)
 		sess.inst, sess.setupErr = inst, err
@@ -175,7 +197,26 @@ func (s *Server) startSession(sid string, env *servedEnv, spec json.RawMessage, 
 			s.log.Debug().Str("sid", sid).Err(err).Msg("session setup failed")
 		}
 	}()
-	return true
+	return startOK
+}
+
+// reserveSlot counts one more live session, unless MaxSessions are live.
+// The live count is the slot count, so deleteSession frees the slot.
+func (s *Server) reserveSlot() bool {
+	limit := int64(s.opts.MaxSessions)
+	if limit <= 0 {
+		s.live.Add(1)
+		return true
+	}
+	for {
+		n := s.live.Load()
+		if n >= limit {
+			return false
+		}
+		if s.live.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 func (s *Server) setup(ctx context.Context, env *servedEnv, spec json.RawMessage, secrets map[string]string) (inst Instance, err error) {
