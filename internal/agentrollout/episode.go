@@ -217,6 +217,12 @@ func (r *Runner) fill(tr *rollout.Trajectory, rec *gateway.Recorder, ep *envmcp.
 	tr.Turns = r.turns(calls, toolCalls)
 	asm := gateway.Assemble(calls)
 	tr.PrefixBreaks = asm.PrefixBreaks
+	truncated := false
+	for i := range asm.Segments {
+		if cutSegment(&asm.Segments[i], r.opts.MaxCompletionTokens) && i == 0 {
+			truncated = true
+		}
+	}
 	for i, s := range asm.Segments {
 		if i == 0 {
 			tr.Tokens, tr.PromptLen, tr.LossMask, tr.Logprobs = s.Tokens, s.PromptLen, s.LossMask, s.Logprobs
@@ -225,6 +231,23 @@ func (r *Runner) fill(tr *rollout.Trajectory, rec *gateway.Recorder, ep *envmcp.
 		tr.Forks = append(tr.Forks, rollout.Fork{Tokens: s.Tokens, PromptLen: s.PromptLen, LossMask: s.LossMask, Logprobs: s.Logprobs})
 	}
 	tr.Outcome, tr.Err = outcome(res, rec, toolCalls, len(calls), ep.Finished())
+	if truncated && !tr.Outcome.Failed() {
+		// As ortrain's own loop: the completion budget ran out; the
+		// tokens past it are not trained (and the rest is masked with
+		// mask_truncated_completions).
+		tr.Outcome = rollout.OutcomeTruncated
+	}
+}
+
+// cutSegment cuts s to its prompt plus at most limit tokens after it (0:
+// no bound) and reports whether it cut anything.
+func cutSegment(s *gateway.Segment, limit int) bool {
+	if limit <= 0 || len(s.Tokens)-s.PromptLen <= limit {
+		return false
+	}
+	s.Tokens = s.Tokens[:s.PromptLen+limit]
+	s.LossMask, s.Logprobs = s.LossMask[:limit], s.Logprobs[:limit]
+	return true
 }
 
 // outcome classifies the rollout: the agent's own ending first, then what

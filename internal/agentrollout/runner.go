@@ -45,6 +45,11 @@ type Options struct {
 	// SystemPrompt, when set, is the first message of the task's prompt.
 	SystemPrompt   string
 	MaxConcurrency int
+	// MaxCompletionTokens bounds what is trained after a sequence's
+	// prompt (grpo.max_completion_length), as ortrain's own loop bounds an
+	// episode: a longer sequence is cut there and the rollout is truncated
+	// (0: no bound).
+	MaxCompletionTokens int
 	// ToolAnnotations, when set, are the MCP annotations of every env tool
 	// (agent.tool_annotations).
 	ToolAnnotations map[string]any

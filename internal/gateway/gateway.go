@@ -100,7 +100,8 @@ type Options struct {
 	WeightVersion func() int
 	// CallTimeout bounds one generation (0: 10 minutes).
 	CallTimeout time.Duration
-	// MaxBodyBytes bounds a request body (0: 16 MiB); larger is 413.
+	// MaxBodyBytes bounds a request body (0: what MaxModelLen can hold,
+	// 1 to 16 MiB; 16 MiB without MaxModelLen); larger is 413.
 	MaxBodyBytes int64
 	// SingleTenant, when set, also serves the API at /v1.
 	SingleTenant *SingleTenant
@@ -119,11 +120,14 @@ var (
 
 // Gateway is the HTTP API over one engine. It is safe for concurrent use.
 type Gateway struct {
-	opts    Options
-	endIDs  []int32 // stop ids of every generation: the end-of-turn tokens
-	created int64   // GET models "created"
-	log     zerolog.Logger
-	mux     *http.ServeMux
+	opts   Options
+	endIDs []int32 // stop ids of every generation: the end-of-turn tokens
+	// maxTokenBytes is the longest token's text: a prompt longer than
+	// MaxModelLen of them cannot fit and is refused before encoding.
+	maxTokenBytes int
+	created       int64 // GET models "created"
+	log           zerolog.Logger
+	mux           *http.ServeMux
 
 	unauthorized atomic.Int64 // requests with a key no open rollout holds
 	noted        sync.Map     // notes already logged (noteOnce)
@@ -203,8 +207,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 10 * time.Minute
 	}
+	maxTokenBytes := 0
+	if opts.MaxModelLen > 0 {
+		maxTokenBytes = longestToken(opts.Tokenizer)
+	}
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 16 << 20
+		opts.MaxBodyBytes = defaultBodyLimit(opts.MaxModelLen, maxTokenBytes)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -213,7 +221,7 @@ func New(opts Options) (*Gateway, error) {
 	if len(endIDs) == 0 {
 		return nil, errors.New("gateway: the tokenizer has no end-of-turn token to stop generation at")
 	}
-	g := &Gateway{opts: opts, endIDs: endIDs, created: opts.Now().Unix(),
+	g := &Gateway{opts: opts, endIDs: endIDs, maxTokenBytes: maxTokenBytes, created: opts.Now().Unix(),
 		log: opts.Logger.With().Str("component", "gateway").Logger(),
 		mux: http.NewServeMux(), rollouts: map[string]*rollout{}}
 	g.route("/rollouts/{id}/v1", g.rolloutEndpoint)
@@ -232,6 +240,16 @@ func New(opts Options) (*Gateway, error) {
 		writeError(w, notFound("unknown_url", "no route for %s %s", r.Method, r.URL.Path))
 	})
 	return g, nil
+}
+
+// defaultBodyLimit bounds a request body at what a context can hold:
+// twice its longest text (JSON escaping, tool schemas, ids), at least 1 MiB,
+// at most 16 MiB; 16 MiB without a context bound.
+func defaultBodyLimit(maxModelLen, maxTokenBytes int) int64 {
+	if maxModelLen <= 0 {
+		return 16 << 20
+	}
+	return min(16<<20, max(1<<20, 2*int64(maxModelLen)*int64(maxTokenBytes)))
 }
 
 // endpoint serves one route for an authorized tenant.

@@ -308,9 +308,39 @@ func (g *Gateway) render(p *chatPlan) ([]int32, *apiError) {
 	if err != nil {
 		return nil, badRequest("messages", "the chat template cannot render these messages: %v", err)
 	}
+	if e := g.checkTextFits(text, "messages"); e != nil {
+		return nil, e
+	}
 	ids := g.opts.Tokenizer.Encode(text)
 	if len(ids) == 0 {
 		return nil, badRequest("messages", "the rendered conversation is empty")
 	}
 	return ids, nil
+}
+
+// checkTextFits refuses, before encoding it, a prompt text too long to fit
+// the context whatever its tokens: every token is at most maxTokenBytes
+// bytes, so a text longer than MaxModelLen of them holds more tokens than
+// the context. Encoding a 50 MB prompt only to refuse it costs seconds and
+// gigabytes; this costs nothing.
+func (g *Gateway) checkTextFits(text, param string) *apiError {
+	m := g.opts.MaxModelLen
+	if m <= 0 || len(text) <= m*g.maxTokenBytes {
+		return nil
+	}
+	e := badRequest(param, "the prompt is %d bytes, more than this model's %d-token context can hold (a token is at most %d bytes)",
+		len(text), m, g.maxTokenBytes)
+	e.code = "context_length_exceeded"
+	return e
+}
+
+// longestToken is the most bytes one token of tok decodes to (at least 1).
+func longestToken(tok *chat.Tokenizer) int {
+	longest := 1
+	for id := range tok.VocabSize() {
+		if _, ok := tok.Token(int32(id)); ok {
+			longest = max(longest, len(tok.Decode([]int32{int32(id)}, false)))
+		}
+	}
+	return longest
 }

@@ -90,6 +90,9 @@ func (g *Gateway) textPrompt(req *textRequest) ([]int32, *apiError) {
 		if text == "" {
 			return nil, badRequest("prompt", "prompt is empty")
 		}
+		if e := g.checkTextFits(text, "prompt"); e != nil {
+			return nil, e
+		}
 		return g.opts.Tokenizer.Encode(text), nil
 	}
 	var ids []int32

@@ -16,17 +16,24 @@ import (
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/gateway"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/rollout"
 )
 
 // newRollouts builds what plays the run's rollouts: ortrain's own turn
 // loop, or the user's agent (agent: section) through the gateway.
-func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, log zerolog.Logger) (rolloutRunner, error) {
+func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, chatSpec rollout.ChatSpec, modelDir string, log zerolog.Logger) (rolloutRunner, error) {
 	if !cfg.Agent.Enabled() {
 		return newRunner(cfg, envList, gen, chatSpec, log)
 	}
 	if err := checkAgent(cfg); err != nil {
 		return nil, err
+	}
+	// An agent's prompt is bounded by the model's context: a longer one is
+	// refused (context_length_exceeded) before it costs the engine memory.
+	mc, err := model.LoadConfig(modelDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent gateway: the model's context: %w", err)
 	}
 	openers := make([]rollout.Opener, len(envList))
 	names := make([]string, len(envList))
@@ -50,14 +57,16 @@ func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, ch
 				Sampling: engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP},
 			},
 			CallTimeout: cfg.Engine.GenerateTimeout,
+			MaxModelLen: mc.MaxPositionEmbeddings,
 		},
-		Listen:          cfg.Agent.Listen,
-		EnvNames:        names,
-		SystemPrompt:    cfg.Chat.SystemPrompt,
-		MaxConcurrency:  cfg.Rollout.MaxConcurrency,
-		ToolAnnotations: cfg.Agent.ToolAnnotations.MCP(),
-		CallTimeout:     cfg.Rollout.CallTimeout,
-		Logger:          log.With().Str("component", "agent").Logger(),
+		MaxCompletionTokens: g.MaxCompletionLength,
+		Listen:              cfg.Agent.Listen,
+		EnvNames:            names,
+		SystemPrompt:        cfg.Chat.SystemPrompt,
+		MaxConcurrency:      cfg.Rollout.MaxConcurrency,
+		ToolAnnotations:     cfg.Agent.ToolAnnotations.MCP(),
+		CallTimeout:         cfg.Rollout.CallTimeout,
+		Logger:              log.With().Str("component", "agent").Logger(),
 	})
 }
 

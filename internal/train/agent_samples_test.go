@@ -102,3 +102,56 @@ exec "$0" "$1"`, py, script}
 	}
 	assert.Equal(t, cfg.GRPO.PerDeviceTrainBatchSize/2, failed)
 }
+
+// TestOversizedAgentPromptIsRefused: agents that send prompts far beyond
+// the model's context (100,000 characters to the tiny model, and a 15 MB
+// body) are refused with context_length_exceeded before the worker sees
+// them (agent_bad_request, naming the reason); the run trains on the other
+// rollouts and its memory stays bounded.
+func TestOversizedAgentPromptIsRefused(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	cfg, py, script := agentRun(t, out, 1)
+	cfg.Rollout.MaxFailureFraction = 0.75
+	cfg.Logging.LogCompletions = true
+	// Odd rollouts send one huge prompt; the others play the episode.
+	huge := `import json, os, urllib.request, urllib.error
+n = int(os.environ["ORTRAIN_ROLLOUT_ID"].rsplit("-", 1)[1])
+size = 100000 if n % 4 == 1 else 15000000
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * size}]}).encode()
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, method="POST",
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=60)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read()[:300], flush=True)
+except OSError as e:   # the server may close while a 15 MB body is still being sent
+    print("refused:", e, flush=True)
+`
+	cfg.Agent.Command = []string{"/bin/sh", "-c", `n=${ORTRAIN_ROLLOUT_ID##*-}
+if [ $((n % 2)) = 1 ]; then exec "$0" -c "$2"; fi
+exec "$0" "$1"`, py, script, huge}
+	require.NoError(t, cfg.Validate())
+	_, err := Run(context.Background(), cfg, RunOptions{Logger: zerolog.Nop(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	m := readMetrics(t, out)
+	require.Len(t, m, 1)
+	assert.Equal(t, float64(cfg.GRPO.PerDeviceTrainBatchSize/2), m[0]["rollouts/agent_bad_request"])
+	assert.Less(t, m[0]["memory/peak_rss_bytes"], float64(1<<30), "the huge prompts never reached the worker")
+	f, err := os.Open(filepath.Join(out, "trajectories.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<22)
+	refused := 0
+	for sc.Scan() {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+		if rec["outcome"] == "agent_bad_request" {
+			refused++
+			assert.Contains(t, rec["error"], "/chat/completions answered 4")
+		} else {
+			t.Logf("outcome %v: %v", rec["outcome"], rec["error"])
+		}
+	}
+	assert.Equal(t, cfg.GRPO.PerDeviceTrainBatchSize/2, refused)
+}

@@ -94,7 +94,7 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 	if st.gen, err = so.engine(ctx, st.modelDir, st.policy, st); err != nil {
 		return nil, err
 	}
-	if st.runner, err = newRollouts(cfg, st.envs, st.gen, st.chat, so.logger); err != nil {
+	if st.runner, err = newRollouts(cfg, st.envs, st.gen, st.chat, st.modelDir, so.logger); err != nil {
 		return nil, err
 	}
 	return st, nil
