@@ -33,6 +33,12 @@ type Spec struct {
 	// runs in a fresh temporary directory; relative paths among the
 	// arguments are the agent's business and resolve in that directory.
 	Command []string
+	// Env sets variables for a command agent (KEY=VALUE), and InheritEnv
+	// names variables of ortrain's own environment it may see beyond the
+	// allow-list (env.go): an agent gets none of the trainer's credentials
+	// unless the config names them.
+	Env        []string
+	InheritEnv []string
 	// URL is an HTTP agent service that is POSTed the facts once per rollout.
 	URL string
 	// Timeout bounds one run of the agent; it must be positive.
@@ -74,6 +80,11 @@ func (s Spec) Validate() error {
 		}
 		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("agent.url: %q is not an absolute http(s) URL", u.Redacted())
+		}
+	}
+	for _, kv := range s.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			return fmt.Errorf("agent.env: %q is not NAME=VALUE", kv)
 		}
 	}
 	if s.Timeout <= 0 {

@@ -74,7 +74,7 @@ func runCommand(ctx context.Context, spec Spec, facts Facts) Result {
 
 	cmd := exec.Command(argv0, spec.Command[1:]...)
 	cmd.Dir = dir
-	cmd.Env = agentEnv(os.Environ(), facts, string(task))
+	cmd.Env = agentEnv(os.Environ(), spec, facts, string(task))
 	// Files, not writers: Wait then returns when the leader exits instead of
 	// waiting for every holder of the pipes, and this function drains them.
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -189,18 +189,27 @@ func programPath(prog string) (string, error) {
 	return abs, nil
 }
 
-// agentEnv is the parent's environment with the facts set. Every name the
-// facts may set is first removed, so a stale ORTRAIN_MCP_URL of the parent
-// is not passed on when this rollout has no MCP server.
-func agentEnv(parent []string, facts Facts, task string) []string {
-	env := make([]string, 0, len(parent)+6)
-	for _, kv := range parent {
+// agentEnv is the allow-listed part of the parent's environment (env.go),
+// the variables spec sets, and the facts. Every name the facts may set is
+// first removed, so a stale ORTRAIN_MCP_URL of the parent is not passed on
+// when this rollout has no MCP server.
+func agentEnv(parent []string, spec Spec, facts Facts, task string) []string {
+	env := make([]string, 0, 32)
+	keep := func(kv string) {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case EnvBaseURL, EnvAPIKey, EnvModel, EnvTask, EnvMCPURL, EnvRolloutID, EnvAnthropicBaseURL, EnvAnthropicAPIKey, EnvAnthropicAuthToken:
-			continue
+			return
 		}
 		env = append(env, kv)
+	}
+	for _, kv := range parent {
+		if name, _, _ := strings.Cut(kv, "="); inherited(name, spec.InheritEnv) {
+			keep(kv)
+		}
+	}
+	for _, kv := range spec.Env {
+		keep(kv)
 	}
 	env = append(env,
 		EnvBaseURL+"="+facts.BaseURL,

@@ -66,10 +66,12 @@ func TestServiceRequest(t *testing.T) {
 	assert.Equal(t, map[string]any{
 		"rollout_id": facts.RolloutID,
 		"base_url":   facts.BaseURL,
-		"api_key":    facts.APIKey,
-		"model":      facts.Model,
-		"mcp_url":    facts.MCPURL,
-		"task":       map[string]any{"question": "2+2?", "id": 7.0},
+		// Anthropic's clients append /v1/messages themselves.
+		"anthropic_base_url": "http://127.0.0.1:1",
+		"api_key":            facts.APIKey,
+		"model":              facts.Model,
+		"mcp_url":            facts.MCPURL,
+		"task":               map[string]any{"question": "2+2?", "id": 7.0},
 	}, body)
 }
 

@@ -195,14 +195,20 @@ func TestProgramPath(t *testing.T) {
 
 func TestAgentEnv(t *testing.T) {
 	t.Parallel()
-	parent := []string{"PATH=/bin", "OPENAI_API_KEY=old", "ORTRAIN_MCP_URL=old", "OPENAI_BASE_URL_EXTRA=kept", "EMPTY="}
+	parent := []string{"PATH=/bin", "OPENAI_API_KEY=old", "ORTRAIN_MCP_URL=old", "OPENAI_BASE_URL_EXTRA=kept", "LC_ALL=C",
+		"OPENREWARD_API_KEY=secret", "HF_TOKEN=secret", "VLLM_API_KEY=secret", "AWS_SECRET_ACCESS_KEY=secret", "MY_ENV_TOKEN=secret",
+		"HF_HOME=/cache", "EMPTY="}
 	facts := testFacts()
 	facts.MCPURL = ""
-	env := agentEnv(parent, facts, "{}")
+	env := agentEnv(parent, Spec{Env: []string{"AGENT_MODE=fast"}, InheritEnv: []string{"HF_HOME"}}, facts, "{}")
 	joined := strings.Join(env, "\n")
 	assert.Contains(t, env, "PATH=/bin")
 	assert.Contains(t, env, "OPENAI_BASE_URL_EXTRA=kept")
-	assert.Contains(t, env, "EMPTY=")
+	assert.Contains(t, env, "LC_ALL=C")
+	assert.Contains(t, env, "HF_HOME=/cache", "named by agent.inherit_env")
+	assert.Contains(t, env, "AGENT_MODE=fast", "set by agent.env")
+	assert.NotContains(t, joined, "secret", "the trainer's credentials never reach the agent")
+	assert.NotContains(t, env, "EMPTY=")
 	assert.Contains(t, env, EnvAPIKey+"="+testKey)
 	assert.Contains(t, env, EnvTask+"={}")
 	assert.NotContains(t, joined, "=old")

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -33,6 +34,14 @@ type AgentConfig struct {
 	// KillGrace is how long the agent's process group has to exit after
 	// SIGTERM (at rollout.episode_timeout) before SIGKILL.
 	KillGrace time.Duration `mapstructure:"kill_grace"`
+	// Env sets variables for the agent ("NAME=VALUE"). InheritEnv names
+	// variables of ortrain's environment the agent may see beyond the
+	// allow-list (PATH, HOME, the locale, language runtimes' paths,
+	// proxies, ORTRAIN_*, OPENAI_*, ANTHROPIC_*): an agent runs what its
+	// policy chooses, so the trainer's credentials (OPENREWARD_API_KEY,
+	// HF_TOKEN, cloud keys, the envs' token_env) reach it only when named.
+	Env        []string `mapstructure:"env"`
+	InheritEnv []string `mapstructure:"inherit_env"`
 	// ToolAnnotations are MCP tool annotations set on every env tool the
 	// agent lists (an env's own annotations win): agents that run tools
 	// without asking only when they are marked safe (Codex CLI with
@@ -93,6 +102,16 @@ func (c *Config) validateAgent() error {
 		u, err := url.Parse(a.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return bad("agent.url", a.URL, "an http:// or https:// URL of the agent service")
+		}
+	}
+	for i, kv := range a.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return bad(fmt.Sprintf("agent.env[%d]", i), kv, "NAME=VALUE, e.g. HF_HOME=/data/hf")
+		}
+	}
+	for i, name := range a.InheritEnv {
+		if name == "" || strings.ContainsAny(name, "= \t") {
+			return bad(fmt.Sprintf("agent.inherit_env[%d]", i), name, "a variable name, e.g. HF_TOKEN")
 		}
 	}
 	if _, _, err := net.SplitHostPort(a.Listen); err != nil {

@@ -28,6 +28,8 @@ func TestValidateAgent(t *testing.T) {
 		{"no kill grace", func(c *Config) { c.Agent.Command, c.Agent.KillGrace = []string{"a"}, 0 }, "agent.kill_grace"},
 		{"listen not host:port", func(c *Config) { c.Agent.Command, c.Agent.Listen = []string{"a"}, "localhost" }, "agent.listen"},
 		{"no envs", func(c *Config) { c.Agent.Command, c.Envs = []string{"a"}, nil }, "envs"},
+		{"env without a value", func(c *Config) { c.Agent.Command, c.Agent.Env = []string{"a"}, []string{"A=1", "HF_HOME"} }, "agent.env[1]"},
+		{"inherit_env with a value", func(c *Config) { c.Agent.Command, c.Agent.InheritEnv = []string{"a"}, []string{"HF_TOKEN=x"} }, "agent.inherit_env[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

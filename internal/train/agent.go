@@ -46,7 +46,8 @@ func newRollouts(cfg *config.Config, envList []*runEnv, gen engine.Generator, ch
 	}
 	g := cfg.GRPO
 	return agentrollout.New(openers, gen, agentrollout.Options{
-		Agent: agent.Spec{Command: absoluteArgs(cfg.Agent.Command), URL: cfg.Agent.URL, Timeout: cfg.Rollout.EpisodeTimeout, KillGrace: cfg.Agent.KillGrace},
+		Agent: agent.Spec{Command: absoluteArgs(cfg.Agent.Command), URL: cfg.Agent.URL, Timeout: cfg.Rollout.EpisodeTimeout, KillGrace: cfg.Agent.KillGrace,
+			Env: cfg.Agent.Env, InheritEnv: cfg.Agent.InheritEnv},
 		Gateway: gateway.Options{
 			Model: cfg.Agent.ModelName, Tokenizer: chatSpec.Tokenizer, Template: chatSpec.Template, Kwargs: chatSpec.Kwargs, Format: format,
 			// Every call samples with the run's settings and at most the
