@@ -156,11 +156,14 @@ func (s *Server) lookup(id string) *Episode {
 // then dispatches on the method.
 func (s *Server) serveRollout(w http.ResponseWriter, r *http.Request) {
 	ep := s.lookup(r.PathValue("id"))
-	if ep == nil {
+	if ep == nil && s.holdsAKey(r.Header.Get("Authorization")) {
+		// Only a caller holding an attached rollout's key learns that this
+		// path is not attached; anyone else gets the same 401 as for an
+		// attached one, so rollout ids cannot be probed.
 		writeHTTPError(w, http.StatusNotFound, "no rollout is attached at this path (it ended, or the URL is wrong)")
 		return
 	}
-	if !ep.authorized(r.Header.Get("Authorization")) {
+	if ep == nil || !ep.authorized(r.Header.Get("Authorization")) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ortrain"`)
 		writeHTTPError(w, http.StatusUnauthorized, "missing or wrong bearer key for this rollout")
 		return
@@ -324,6 +327,18 @@ func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, ep *Episod
 
 // authorized compares the bearer token with the rollout's key in constant
 // time (hashes, so the key's length does not leak either).
+// holdsAKey reports whether header carries the key of an attached rollout.
+func (s *Server) holdsAKey(header string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, ep := range s.episodes {
+		if ep.authorized(header) {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Episode) authorized(header string) bool {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || !e.hasKey {

@@ -193,8 +193,12 @@ func TestDetach(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.request("ping", nil).Status)
 
 	srv.Detach("a")
-	assert.Equal(t, http.StatusNotFound, a.request("ping", nil).Status)
-	assert.Equal(t, http.StatusNotFound, a.request("initialize", map[string]any{"protocolVersion": "2025-06-18"}).Status)
+	// a's key opens nothing now: the same 401 as any unknown key, so a
+	// detached id cannot be told from an attached one without a live key;
+	// b's key learns that a is gone.
+	assert.Equal(t, http.StatusUnauthorized, a.request("ping", nil).Status)
+	assert.Equal(t, http.StatusUnauthorized, a.request("initialize", map[string]any{"protocolVersion": "2025-06-18"}).Status)
+	assert.Equal(t, http.StatusNotFound, newClient(t, base, "a", "kb").request("ping", nil).Status)
 	assert.Equal(t, http.StatusOK, b.request("ping", nil).Status)
 	srv.Detach("a") // a second Detach is harmless
 	srv.Detach("never-attached")

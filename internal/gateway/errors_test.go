@@ -115,7 +115,9 @@ func TestAuth(t *testing.T) {
 		{"another rollout's key", chatPath("a"), "Bearer " + keyB, http.StatusUnauthorized, "invalid_api_key"},
 		{"key as basic auth", chatPath("a"), "Basic " + keyA, http.StatusUnauthorized, "invalid_api_key"},
 		{"key with a suffix", chatPath("a"), "Bearer " + keyA + "x", http.StatusUnauthorized, "invalid_api_key"},
-		{"unknown rollout", chatPath("zzz"), "Bearer " + keyA, http.StatusNotFound, "rollout_not_found"},
+		{"unknown rollout, with an open rollout's key", chatPath("zzz"), "Bearer " + keyA, http.StatusNotFound, "rollout_not_found"},
+		{"unknown rollout, without a key: the same 401 as an open one", chatPath("zzz"), "", http.StatusUnauthorized, "invalid_api_key"},
+		{"unknown rollout, a made-up key", chatPath("zzz"), "Bearer sk-ortrain-guess", http.StatusUnauthorized, "invalid_api_key"},
 		{"unknown route", "/rollouts/a/v1/embeddings", "Bearer " + keyA, http.StatusNotFound, "unknown_url"},
 	}
 	for _, tc := range cases {
@@ -138,18 +140,20 @@ func TestAuth(t *testing.T) {
 	}
 	// A refusal counts against the rollout whose key was presented, never
 	// the targeted one: b's agent reached into a; the rest held no key. a's
-	// own call to a route the gateway does not serve is a's bad request.
-	assert.Equal(t, 1, recA.Rejected(), "a is blamed only for its own unknown route, not for requests others send to its URL")
-	assert.Equal(t, "POST /rollouts/a/v1/embeddings", recA.Rejections()[0].Route)
+	// own calls to a rollout that is not open and to a route the gateway
+	// does not serve are a's bad requests.
+	assert.Equal(t, 2, recA.Rejected(), "a is blamed only for its own requests, not for requests others send to its URL")
+	assert.Equal(t, "POST /rollouts/zzz/v1/chat/completions", recA.Rejections()[0].Route)
+	assert.Equal(t, "POST /rollouts/a/v1/embeddings", recA.Rejections()[1].Route)
 	assert.Equal(t, 1, recB.Rejected(), "using its key on another rollout counts against b")
-	assert.Equal(t, int64(3), h.gw.Unauthorized(), "no key, Basic, a made-up key")
+	assert.Equal(t, int64(5), h.gw.Unauthorized(), "no key, Basic, a made-up key, twice without a key on a closed id")
 	assert.Len(t, recA.Calls(), 2)
 
 	h.gw.Close("a")
 	status, raw := h.post(t, chatPath("a"), keyA, body)
-	assert.Equal(t, http.StatusNotFound, status, string(raw))
-	status, _ = h.get(t, RolloutPath("a")+"/models", keyA)
-	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, http.StatusUnauthorized, status, "a closed rollout's key opens nothing: %s", raw)
+	status, _ = h.get(t, RolloutPath("a")+"/models", keyB)
+	assert.Equal(t, http.StatusNotFound, status, "an open rollout's key learns that a is closed")
 	assert.Len(t, recA.Calls(), 2, "a closed rollout records nothing more")
 }
 

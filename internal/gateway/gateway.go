@@ -360,7 +360,15 @@ func (g *Gateway) rolloutEndpoint(h endpoint) http.HandlerFunc {
 		ro := g.rollouts[id]
 		g.mu.Unlock()
 		if ro == nil {
-			writeError(w, notFound("rollout_not_found", "rollout %q is not open", id))
+			// Only a caller holding an open rollout's key learns that this
+			// id is not open: without one the answer is the same 401 as
+			// for an open rollout, so ids cannot be probed.
+			if owner := g.keyOwner(r); owner != nil {
+				g.fail(&routeWriter{ResponseWriter: w, route: r.Method + " " + r.URL.Path}, owner, notFound("rollout_not_found", "rollout %q is not open", id))
+				return
+			}
+			g.unauthorized.Add(1)
+			writeError(w, unauthorized())
 			return
 		}
 		g.serveTenant(w, r, ro, h)
@@ -374,8 +382,7 @@ func (g *Gateway) singleEndpoint(h endpoint) http.HandlerFunc {
 // serveTenant checks the key and runs h under a context that Close cancels.
 func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollout, h endpoint) {
 	if !ro.authorized(r) {
-		e := &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
-			message: "Incorrect API key provided: send this rollout's key as 'Authorization: Bearer <key>'."}
+		e := unauthorized()
 		// The refusal counts against the rollout whose key was presented
 		// (an agent reaching into another rollout), never against the
 		// rollout whose URL was targeted; a key nobody holds is counted
@@ -418,6 +425,12 @@ func (w *routeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (g *Gateway) handleUnknown(w http.ResponseWriter, r *http.Request, ro *rollout) {
 	g.fail(w, ro, notFound("unknown_url", "no route for %s %s: this server serves POST chat/completions, completions, responses, "+
 		"messages and GET models under the rollout's base URL", r.Method, r.URL.Path))
+}
+
+// unauthorized is the refusal of a request without a valid key.
+func unauthorized() *apiError {
+	return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+		message: "Incorrect API key provided: send this rollout's key as 'Authorization: Bearer <key>' (or x-api-key)."}
 }
 
 // keyOwner is the open rollout whose key r presents, or nil.
