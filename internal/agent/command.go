@@ -57,8 +57,13 @@ func runCommand(ctx context.Context, spec Spec, facts Facts) Result {
 	if err != nil {
 		return Result{Outcome: OutcomeAgentError, ExitCode: -1, Err: fmt.Errorf("agent working directory: %w", err)}
 	}
-	// Deferred first, so it runs last: after the whole group is gone.
+	// Deferred first, so they run last: after the whole group is gone, the
+	// directory, then its owner record (stale.go).
+	defer os.Remove(dir + ownerSuffix)
 	defer removeTree(dir)
+	if err := writeOwner(dir, facts.RolloutID); err != nil {
+		return Result{Outcome: OutcomeAgentError, ExitCode: -1, Err: fmt.Errorf("agent owner record: %w", err)}
+	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -59,6 +60,10 @@ func helperMain(behaviour string, args []string) int {
 			return 1
 		}
 		fmt.Println(`{"reward": 0.5}`)
+		return 0
+	case "trainer": // args: temp root, script: a trainer running one agent, to be killed
+		facts := Facts{RolloutID: "rstale-1", BaseURL: "http://127.0.0.1:1/v1", APIKey: testKey, Model: "policy"}
+		Run(context.Background(), Spec{Command: []string{"/bin/sh", "-c", args[1]}, Timeout: time.Minute, TempRoot: args[0]}, facts)
 		return 0
 	case "flood": // args: MiB to stdout, MiB to stderr
 		outMiB, _ := strconv.Atoi(args[0])

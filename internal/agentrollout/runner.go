@@ -95,6 +95,13 @@ func New(envs []rollout.Opener, gen engine.Generator, opts Options) (*Runner, er
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:0"
 	}
+	// A trainer killed earlier (kill -9, an OOM kill) left its agents'
+	// children and directories behind: end them before starting more.
+	if n, err := agent.ReapStale(opts.Agent.TempRoot); err != nil {
+		opts.Logger.Warn().Err(err).Msg("look for agents left by a killed run")
+	} else if n > 0 {
+		opts.Logger.Warn().Int("agents", n).Msg("ended what agents of a killed ortrain left behind (processes and temporary directories)")
+	}
 	r := &Runner{envs: envs, gen: gen, opts: opts, served: make(chan error, 1)}
 	gwOpts := opts.Gateway
 	gwOpts.Sampler = gen
