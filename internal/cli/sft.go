@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -139,7 +140,7 @@ func runSFT(ctx context.Context, opts *RunOptions) error {
 	if bar {
 		opts.IO.statusLine().hideBar()
 	}
-	printSFTSummary(opts.IO.ErrOut, opts.Argv0, res)
+	printSFTSummary(opts.IO.ErrOut, opts.Argv0, opts.ConfigFile, res)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func runSFT(ctx context.Context, opts *RunOptions) error {
 
 // printSFTSummary ends an SFT run with how the loss moved, what the data
 // gave, and where the weights are.
-func printSFTSummary(w io.Writer, argv0 string, res *sft.Result) {
+func printSFTSummary(w io.Writer, argv0, configFile string, res *sft.Result) {
 	if res == nil || res.Steps == 0 || res.Last == nil {
 		return
 	}
@@ -167,7 +168,24 @@ func printSFTSummary(w io.Writer, argv0 string, res *sft.Result) {
 	fmt.Fprintf(w, "\ndata: %d rows (%d held out), %d skipped, %d truncated at max_length\n", d.Rows, d.EvalRows, d.Skipped, d.Truncated)
 	if res.Model != "" {
 		fmt.Fprintf(w, "weights: %s\n", res.Model)
-		fmt.Fprintf(w, "next:    %s run --model %s   (GRPO from here)\n", argv0, res.Model)
+		// The same job continues with GRPO: the same config (its envs, chat
+		// and worker sections), from these weights.
+		cont := argv0 + " run"
+		if configFile != "" {
+			cont += " --config " + shellQuote(configFile)
+		}
+		fmt.Fprintf(w, "next:    %s --model %s   (GRPO from here)\n", cont, shellQuote(res.Model))
 	}
 	fmt.Fprintf(w, "report:  %s report %s\n", argv0, res.RunDir)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but safe
+// characters, so a printed command pastes as it reads.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:@+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
