@@ -56,6 +56,9 @@ func runRanks(ctx context.Context, opts *RunOptions, cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("the ranks finished but: %w", err)
 	}
+	if opts.printWeights {
+		ckpt = train.CheckpointWeights(ckpt)
+	}
 	fmt.Fprintf(opts.IO.Out, "%s\n", ckpt)
 	return nil
 }

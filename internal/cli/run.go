@@ -58,6 +58,10 @@ type RunOptions struct {
 	NProcPerNode int
 	// args rebuilds this command line for the ranks.
 	args func() []string
+	// printWeights: the command prints its checkpoint's weights (sft:
+	// what `run --model` takes), not the checkpoint directory (run), with
+	// several local ranks as with one.
+	printWeights bool
 	// Flags maps config keys to the flags that override them.
 	Flags map[string]*pflag.Flag
 }

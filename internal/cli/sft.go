@@ -90,6 +90,7 @@ model, chat, worker and logging are shared with 'ortrain run'.`,
 		opts.Flags[f.key] = fs.Lookup(f.name)
 	}
 	opts.args = func() []string { return rankArgs(cmd) }
+	opts.printWeights = true
 	return cmd
 }
 

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // sftConfigYAML is an SFT run over data with batch rows per micro-batch
@@ -51,11 +55,16 @@ func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 		return cfg, dir
 	}
 	cfg1, dir1 := write("sft-1rank", 4, "")
-	runOrtrain(t, f.bin, f.lib, "sft", "--config", cfg1)
+	out1 := ortrainStdout(t, f.bin, f.lib, "sft", "--config", cfg1)
+	assert.Equal(t, filepath.Join(dir1, "checkpoints", "step-000003", "model"), out1, "sft prints what run --model takes")
 	for _, shard := range []string{"none", "gradients"} {
 		t.Run("shard="+shard, func(t *testing.T) {
 			cfg2, dir2 := write("sft-2ranks-"+shard, 2, shardYAML(shard))
-			runOrtrain(t, f.bin, f.lib, "sft", "--config", cfg2, "--nproc-per-node", "2")
+			out2 := ortrainStdout(t, f.bin, f.lib, "sft", "--config", cfg2, "--nproc-per-node", "2")
+			// model=$(ortrain sft ...); ortrain run --model "$model": the
+			// same stdout with two ranks as with one.
+			assert.Equal(t, filepath.Join(dir2, "checkpoints", "step-000003", "model"), out2)
+			assert.FileExists(t, filepath.Join(out2, "config.json"))
 
 			one, two := metricsRows(t, dir1), metricsRows(t, dir2)
 			require.Len(t, one, 3)
@@ -110,4 +119,15 @@ func TestSFTUsageErrors(t *testing.T) {
 	code, out, errOut := execCLI(t, nil, "sft", "--data", data, "--print-config")
 	require.Equal(t, ExitOK, code, errOut)
 	assert.True(t, strings.Contains(out, "sft:") && strings.Contains(out, "assistant_only_loss: true"), out)
+}
+
+// ortrainStdout runs the binary and returns its stdout, trimmed.
+func ortrainStdout(t *testing.T, bin, lib string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), worker.EnvLibrary+"="+lib)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "ortrain %v: %s", args, &stderr)
+	return strings.TrimSpace(stdout.String())
 }

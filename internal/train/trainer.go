@@ -265,6 +265,16 @@ func (t *Trainer) SaveCheckpoint(ctx context.Context, step int, state any) (stri
 	return path, nil
 }
 
+// CheckpointWeights is the weights of checkpoint ckpt as `run --model`
+// takes them, for a process that did not train it: the adapter of a LoRA
+// run, else the full model.
+func CheckpointWeights(ckpt string) string {
+	if st, err := os.Stat(filepath.Join(ckpt, ckptAdapterDir)); err == nil && st.IsDir() {
+		return filepath.Join(ckpt, ckptAdapterDir)
+	}
+	return filepath.Join(ckpt, ckptModelDir)
+}
+
 // CheckpointModel is where a checkpoint keeps what `ortrain run --model`
 // (full weights) or an adapter-aware eval (LoRA) loads.
 func (t *Trainer) CheckpointModel(ckpt string) string {
