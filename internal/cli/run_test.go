@@ -309,7 +309,7 @@ func TestMissingModelExitCodeAndNoEmptyRunDir(t *testing.T) {
 			code, _, errOut := execCLI(t, nil, tc.args...)
 			assert.Equal(t, ExitUsage, code, errOut)
 			assert.Contains(t, errOut, "directory models/nope does not exist")
-			assert.NotContains(t, errOut, "huggingface-cli download")
+			assert.NotContains(t, errOut, "hf download")
 			assert.NoDirExists(t, filepath.Join(dir, "runs"), "a start that fails leaves no empty output directory")
 		})
 	}

@@ -30,7 +30,7 @@ func (e *NotFoundError) Error() string {
 	case e.Path:
 		fmt.Fprintf(&b, "; pass a directory holding config.json and model.safetensors, or create one with `ortrain init-model --preset tiny --out %s`", e.Name)
 	case repoIDPattern.MatchString(e.Name):
-		fmt.Fprintf(&b, "; ortrain never downloads: run `huggingface-cli download %s` on a machine with network access (set HF_HUB_CACHE or HF_HOME to share the cache), or pass a local model directory", e.Name)
+		fmt.Fprintf(&b, "; ortrain never downloads: run `hf download %s` on a machine with network access (set HF_HUB_CACHE or HF_HOME to share the cache), or pass a local model directory", e.Name)
 	default:
 		b.WriteString("; pass a directory holding config.json and model.safetensors, a Hugging Face repo id (Org/Name) present in the local cache, or create one with `ortrain init-model --preset tiny --out DIR`")
 	}

@@ -96,7 +96,7 @@ func TestResolveNotFound(t *testing.T) {
 	}{
 		{"repo not cached", "Qwen/Qwen3-4B", []string{
 			"Qwen/Qwen3-4B", filepath.Join(cache, "models--Qwen--Qwen3-4B", "refs", "main"),
-			filepath.Join(cache, "models--Qwen--Qwen3-4B", "snapshots"), "huggingface-cli download Qwen/Qwen3-4B", "local model directory",
+			filepath.Join(cache, "models--Qwen--Qwen3-4B", "snapshots"), "hf download Qwen/Qwen3-4B", "local model directory",
 		}},
 		{"incomplete snapshot", "Org/Half", []string{filepath.Join(incomplete, "snapshots", "deadbeef"), "incomplete download"}},
 		{"dir without config", emptyDir, []string{emptyDir, "has no config.json", "init-model"}},
@@ -128,7 +128,7 @@ func TestResolveNotFound(t *testing.T) {
 		var nf *NotFoundError
 		require.ErrorAs(t, err, &nf)
 		assert.True(t, nf.Path)
-		assert.NotContains(t, err.Error(), "huggingface-cli")
+		assert.NotContains(t, err.Error(), "hf download")
 		assert.Contains(t, err.Error(), "models/: it holds tiny/")
 		assert.Contains(t, err.Error(), "init-model --preset tiny --out models/nope")
 	})

@@ -44,7 +44,7 @@ func (e *MissingFilesError) Error() string {
 		repo = r
 	}
 	return fmt.Sprintf("model directory %s lacks what a smoke model needs: %s; fetch them (the weights are not needed): "+
-		"`huggingface-cli download %s config.json tokenizer.json tokenizer_config.json` "+
+		"`hf download %s config.json tokenizer.json tokenizer_config.json` "+
 		"(add chat_template.jinja if the repo has one)", e.Dir, strings.Join(e.Missing, "; "), repo)
 }
 

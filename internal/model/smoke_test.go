@@ -207,7 +207,7 @@ func TestInitSmokeMissingFiles(t *testing.T) {
 			require.True(t, errors.As(err, &mf), "got %v", err)
 			assert.Equal(t, src, mf.Dir)
 			assert.Equal(t, tc.want, mf.Missing)
-			assert.Contains(t, err.Error(), "huggingface-cli download")
+			assert.Contains(t, err.Error(), "hf download")
 			for _, m := range tc.want {
 				assert.Contains(t, err.Error(), m)
 			}
@@ -216,7 +216,7 @@ func TestInitSmokeMissingFiles(t *testing.T) {
 	}
 	// A hub cache snapshot path names the repo in the hint.
 	err := &MissingFilesError{Dir: "/c/hub/models--Qwen--Qwen3-4B/snapshots/abc", Missing: []string{missingTokenizer}}
-	assert.Contains(t, err.Error(), "huggingface-cli download Qwen/Qwen3-4B config.json tokenizer.json tokenizer_config.json")
+	assert.Contains(t, err.Error(), "hf download Qwen/Qwen3-4B config.json tokenizer.json tokenizer_config.json")
 }
 
 func write(t *testing.T, dir, name string, b []byte) {

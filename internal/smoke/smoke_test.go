@@ -34,7 +34,7 @@ func requireWorker(t *testing.T) {
 	}
 }
 
-// qwen3Dir is a local model directory as `huggingface-cli download
+// qwen3Dir is a local model directory as `hf download
 // Qwen/Qwen3-4B config.json tokenizer.json tokenizer_config.json` leaves
 // it: Qwen3's real tokenizer and chat template (testdata/tokenizers/qwen3),
 // no weights.
