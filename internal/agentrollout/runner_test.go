@@ -34,6 +34,10 @@ import (
 type lockboxModel struct {
 	tok   *chat.Tokenizer
 	imEnd int32
+	// toolPrefix is put before the tool names it calls: agents that name
+	// MCP tools by server (Codex, Claude Code: mcp__env__unlock) offer
+	// them to the model so. Set before the first call.
+	toolPrefix string
 
 	mu    sync.Mutex
 	calls []engineCall
@@ -48,9 +52,9 @@ var codeRE = regexp.MustCompile(`code: (\d)`)
 
 func (m *lockboxModel) Generate(ctx context.Context, req engine.Request) (engine.Result, error) {
 	prompt := m.tok.Decode(req.PromptIDs, false)
-	text := "<tool_call>\n{\"name\": \"open_envelope\", \"arguments\": {}}\n</tool_call>"
+	text := "<tool_call>\n{\"name\": \"" + m.toolPrefix + "open_envelope\", \"arguments\": {}}\n</tool_call>"
 	if c := codeRE.FindAllStringSubmatch(prompt, -1); len(c) > 0 && strings.Contains(prompt, "<tool_response>") {
-		text = "<tool_call>\n{\"name\": \"unlock\", \"arguments\": {\"code\": \"" + c[len(c)-1][1] + "\"}}\n</tool_call>"
+		text = "<tool_call>\n{\"name\": \"" + m.toolPrefix + "unlock\", \"arguments\": {\"code\": \"" + c[len(c)-1][1] + "\"}}\n</tool_call>"
 	}
 	if strings.Count(prompt, "<tool_response>") >= 2 {
 		text = "Done."
