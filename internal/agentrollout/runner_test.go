@@ -292,7 +292,10 @@ func TestOpenAIClientAgent(t *testing.T) {
 	calls := h.model.recorded()
 	require.Len(t, calls, 3)
 	assert.Zero(t, tr.PrefixBreaks, "the client's messages re-render to the sampled ids")
-	last := calls[2]
+	// The third call came after unlock ended the episode: counted, not
+	// trained; the trajectory ends with the unlocking call.
+	assert.Equal(t, 1, tr.AgentCalls.AfterFinish)
+	last := calls[1]
 	assert.Equal(t, append(slices.Clone(last.req.PromptIDs), last.res.IDs...), tr.Tokens)
 }
 
