@@ -40,17 +40,17 @@ var allowed = map[string][]string{
 	"internal/chat":         {"internal/chat/jinja"},
 	"internal/chat/jinja":   {},
 	"internal/childproc":    {},
-	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engine/serve", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engineserver", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout",
 		"internal/sft", "internal/smoke", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/grpo", "internal/reward"},
 	// scripted demonstrations (SFT data) played through the env-target interfaces.
 	"internal/demos":  {"internal/envtarget"},
 	"internal/engine": {"internal/backoff", "internal/vllm", "internal/worker"},
-	// serve-engine: the vLLM HTTP subset over the builtin backend; only cli imports it.
-	"internal/engine/serve": {"internal/chat", "internal/engine", "internal/gateway", "internal/model", "internal/vllm", "internal/worker"},
+	// serve-engine: the vLLM HTTP subset over the builtin backend, a room above engine and gateway; only cli imports it.
+	"internal/engineserver": {"internal/chat", "internal/engine", "internal/gateway", "internal/model", "internal/vllm", "internal/worker"},
 	// the pure-Go toy backend of serve's and engine's tests.
-	"internal/engine/serve/servetest": {"internal/engine"},
+	"internal/engineserver/servetest": {"internal/engine"},
 	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
 	// an env session's tools served to an agent over MCP (streamable HTTP), calls recorded.
 	"internal/envmcp":    {"internal/envtarget"},

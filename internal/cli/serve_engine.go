@@ -14,7 +14,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve"
+	"github.com/ortrain/ortrain/internal/engineserver"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -171,17 +171,17 @@ func (o *ServeEngineOptions) validate() error {
 }
 
 func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
-	wo := serve.WorkerOptions{ModelDir: opts.Model, WorkerLib: opts.WorkerLib, Getenv: opts.Getenv,
+	wo := engineserver.WorkerOptions{ModelDir: opts.Model, WorkerLib: opts.WorkerLib, Getenv: opts.Getenv,
 		Device: opts.Device, DType: opts.DType, Threads: opts.Threads, Seed: opts.Seed, Logger: opts.Logger}
 	if opts.EnableLoRA {
 		wo.LoRARank = opts.MaxLoRARank
 	}
-	backend, err := serve.OpenWorker(ctx, wo)
+	backend, err := engineserver.OpenWorker(ctx, wo)
 	if err != nil {
 		return err
 	}
 	defer backend.Close()
-	so := serve.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
+	so := engineserver.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
 		EOSIDs: backend.EOSIDs(), VocabSize: backend.VocabSize(), LoRA: opts.EnableLoRA, APIKey: opts.APIKey, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
 	if so.ModelName == "" {
@@ -193,7 +193,7 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	if so.TextChat, err = textChat(backend, opts); err != nil {
 		return err
 	}
-	srv := serve.NewServer(backend, so)
+	srv := engineserver.NewServer(backend, so)
 	defer srv.Close()
 	l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
 	if err != nil {
@@ -202,7 +202,7 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
 	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", so.ModelName).Bool("lora", opts.EnableLoRA).
 		Bool("chat", so.TextChat != nil).Msg("Application startup complete.")
-	if err := serve.Run(ctx, l, srv); err != nil {
+	if err := engineserver.Run(ctx, l, srv); err != nil {
 		return err
 	}
 	opts.Logger.Info().Msg("stopped")
@@ -213,8 +213,8 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 // A model without one still serves token ids (the vLLM path needs no
 // more), with a warning; a tool-call format named on the command line
 // says chat is wanted, so there it is an error.
-func textChat(backend *serve.WorkerBackend, opts *ServeEngineOptions) (*serve.TextChat, error) {
-	tc, err := serve.NewTextChat(backend.Tokenizer(), opts.ToolCallFormat)
+func textChat(backend *engineserver.WorkerBackend, opts *ServeEngineOptions) (*engineserver.TextChat, error) {
+	tc, err := engineserver.NewTextChat(backend.Tokenizer(), opts.ToolCallFormat)
 	if err != nil {
 		if opts.ToolCallFormat != "auto" {
 			return nil, fmt.Errorf("--tool-call-format %s: text and chat completions need the tokenizer of %s: %w", opts.ToolCallFormat, opts.Model, err)

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve"
-	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
+	"github.com/ortrain/ortrain/internal/engineserver"
+	"github.com/ortrain/ortrain/internal/engineserver/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -49,7 +49,7 @@ func startKeyedReplicas(t *testing.T, n int, apiKey string, log *sessionLog) []*
 	for i := range n {
 		backend := servetest.NewBackend(0.3)
 		backend.Delay = 5 * time.Millisecond
-		srv := serve.NewServer(backend, serve.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, APIKey: apiKey,
+		srv := engineserver.NewServer(backend, engineserver.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, APIKey: apiKey,
 			Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
 		r := &keyedReplica{backend: backend}
 		r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

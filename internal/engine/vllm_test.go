@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve"
-	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
+	"github.com/ortrain/ortrain/internal/engineserver"
+	"github.com/ortrain/ortrain/internal/engineserver/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -58,7 +58,7 @@ func (r *toyReplica) Ready() bool { return r.ready.Load() }
 
 func startToyReplica(t testing.TB, slope float64, lora bool) *toyReplica {
 	backend := servetest.NewBackend(slope)
-	srv := serve.NewServer(backend, serve.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, LoRA: lora,
+	srv := engineserver.NewServer(backend, engineserver.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, LoRA: lora,
 		Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
 	r := &toyReplica{backend: backend, flaky: &flakyHandler{next: srv}}
 	r.Server = httptest.NewServer(r.flaky)

@@ -19,7 +19,7 @@ import (
 // binaries built once for every test of the package.
 var (
 	binDir       string
-	toyServer    string // testdata/toyserver: serve.Server over a pure-Go sampler
+	toyServer    string // testdata/toyserver: engineserver.Server over a pure-Go sampler
 	ortrainBin   string // the real ortrain, for `ortrain serve-engine`
 	ortrainErr   error
 	tinyModelDir string

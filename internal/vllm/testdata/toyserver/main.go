@@ -1,6 +1,6 @@
 // Command toyserver is a child process for the supervisor's tests where the
 // libtorch worker is not built: the real serve-engine HTTP layer
-// (serve.Server) over a tiny pure-Go sampler. It accepts the vllm serve
+// (engineserver.Server) over a tiny pure-Go sampler. It accepts the vllm serve
 // command line the supervisor builds (MODEL --host H --port P ...), ignoring
 // flags it does not need, and exits on SIGTERM.
 package main
@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve"
+	"github.com/ortrain/ortrain/internal/engineserver"
 )
 
 const vocab = 64
@@ -72,7 +72,7 @@ func main() {
 			model = a
 		}
 	}
-	srv := serve.NewServer(uniformSampler{}, serve.Options{ModelName: model, ModelRoot: model, MaxModelLen: 1024,
+	srv := engineserver.NewServer(uniformSampler{}, engineserver.Options{ModelName: model, ModelRoot: model, MaxModelLen: 1024,
 		Batch: engine.BuiltinOptions{MaxBatch: 16}})
 	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {

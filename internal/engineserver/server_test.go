@@ -1,4 +1,4 @@
-package serve
+package engineserver
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
+	"github.com/ortrain/ortrain/internal/engineserver/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 

@@ -1,4 +1,4 @@
-// Package servetest is a pure-Go serve.Backend for tests of serve-engine's
+// Package servetest is a pure-Go engineserver.Backend for tests of serve-engine's
 // HTTP layer and of the vLLM backend that talks to it: a softmax over Vocab
 // logits (logit(j) = slope·j) sampled with the request's seed, so log-probs
 // are exact and move when the weights or the adapter change. Weights live
@@ -52,7 +52,7 @@ func readWeights(dir string) (Weights, error) {
 	return w, err
 }
 
-// Backend is the toy serve.Backend. Set Delay before requests arrive.
+// Backend is the toy engineserver.Backend. Set Delay before requests arrive.
 type Backend struct {
 	// Delay holds every batch this long, to keep requests in flight.
 	Delay time.Duration

@@ -1,11 +1,11 @@
-// Package serve is `ortrain serve-engine`: an HTTP server that imitates the
+// Package engineserver is `ortrain serve-engine`: an HTTP server that imitates the
 // subset of vLLM's API ortrain uses, over a Backend that samples batches;
 // WorkerBackend is that backend over the libtorch worker, with LoRA adapters
 // swapped through one slot. It lets the vLLM engine path run and be tested
 // without vLLM. With the model's tokenizer (Options.TextChat) it also
 // serves OpenAI's text and chat completions, tools and streaming included,
 // through package gateway, so any OpenAI client can talk to it.
-package serve
+package engineserver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package serve
+package engineserver
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
+	"github.com/ortrain/ortrain/internal/engineserver/servetest"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 

@@ -1,4 +1,4 @@
-package serve
+package engineserver
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/engine"
-	"github.com/ortrain/ortrain/internal/engine/serve/servetest"
+	"github.com/ortrain/ortrain/internal/engineserver/servetest"
 )
 
 // TestRunServesUntilCancelled: Run answers on the listener; cancelling its
