@@ -272,6 +272,10 @@ func outcome(res agent.Result, rec *gateway.Recorder, toolCalls []envmcp.ToolCal
 		return rollout.OutcomeAgentBadRequest, fmt.Errorf("the gateway refused %d of the agent's model calls (first: %s answered %d: %s)",
 			n, route, first.Status, first.Message)
 	}
+	if n := rec.InvalidResults(); n > 0 {
+		return rollout.OutcomeGenInvalid, fmt.Errorf("%d of the agent's model calls got a completion the generation server left without log-probs or token ids (first: %s)",
+			n, firstFailure(rec.Rejections()))
+	}
 	if n := rec.Failed(); n > 0 {
 		return rollout.OutcomeGenError, fmt.Errorf("%d of the agent's model calls failed in the engine", n)
 	}
@@ -390,4 +394,14 @@ func lastBytes(s string, n int) string {
 		s = s[i+1:]
 	}
 	return s
+}
+
+// firstFailure is the message of the first failed (5xx) call.
+func firstFailure(rs []gateway.Rejection) string {
+	for _, r := range rs {
+		if r.Status >= 500 {
+			return r.Message
+		}
+	}
+	return "not recorded"
 }

@@ -62,6 +62,22 @@ type Result struct {
 	StopReason StopReason
 }
 
+// InvalidResultError is a completion a server answered but that cannot be
+// trained on: a null or missing log-prob or token id, a missing finish
+// reason. It is never retried as a number: rollouts that meet it end with
+// their own outcome (generation_invalid), counted, out of the loss.
+type InvalidResultError struct {
+	Server  string // the server's base URL
+	Request string // which request (model, prompt length, seed, session)
+	Err     error  // what was wrong (a *vllm.ResponseError)
+}
+
+func (e *InvalidResultError) Error() string {
+	return fmt.Sprintf("%s answered %s with a completion ortrain cannot train on: %v", e.Server, e.Request, e.Err)
+}
+
+func (e *InvalidResultError) Unwrap() error { return e.Err }
+
 // Generator produces completions. Implementations are safe for concurrent
 // use; each call is bounded by its context.
 type Generator interface {

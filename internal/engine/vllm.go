@@ -342,12 +342,12 @@ func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest, sessio
 		return Result{}, err
 	}
 	if err := resp.Validate(1); err != nil {
-		return Result{}, fmt.Errorf("%s: %w", c.URL(), err)
+		return Result{}, &InvalidResultError{Server: c.URL(), Request: describeRequest(body, session), Err: err}
 	}
 	ch := resp.Choices[0]
 	res := Result{IDs: ch.TokenIDs, Logprobs: make([]float32, len(ch.TokenIDs)), StopReason: StopLength}
 	for j, lp := range ch.Logprobs.TokenLogprobs {
-		res.Logprobs[j] = float32(lp)
+		res.Logprobs[j] = float32(*lp)
 	}
 	switch *ch.FinishReason {
 	case vllm.FinishStop:
@@ -357,6 +357,19 @@ func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest, sessio
 		return Result{}, &vllm.StatusError{URL: c.URL(), Code: http.StatusServiceUnavailable, Message: "request aborted by the server"}
 	}
 	return res, nil
+}
+
+// describeRequest names a completion request in errors: enough to find it
+// in the server's log, never its tokens.
+func describeRequest(body *vllm.CompletionRequest, session string) string {
+	d := fmt.Sprintf("POST /v1/completions model=%s, %d prompt tokens, max_tokens %d", body.Model, len(body.Prompt), body.MaxTokens)
+	if body.Seed != nil {
+		d += fmt.Sprintf(", seed %d", *body.Seed)
+	}
+	if session != "" {
+		d += ", session " + session
+	}
+	return d
 }
 
 // errNoReplica is retryable: replicas come back after a restart.

@@ -408,7 +408,7 @@ func isEOS(id int32, eos []int32) bool {
 }
 
 func (s *Server) logprobs(res engine.Result, asIDs bool) *vllm.ChoiceLogprobs {
-	lp := &vllm.ChoiceLogprobs{TextOffset: []int{}, TokenLogprobs: []float64{}, Tokens: []string{}, TopLogprobs: []map[string]float64{}}
+	lp := &vllm.ChoiceLogprobs{TextOffset: []int{}, TokenLogprobs: []*float64{}, Tokens: []string{}, TopLogprobs: []map[string]float64{}}
 	off := 0
 	for i, id := range res.IDs {
 		tok := "token_id:" + strconv.Itoa(int(id))
@@ -417,7 +417,7 @@ func (s *Server) logprobs(res engine.Result, asIDs bool) *vllm.ChoiceLogprobs {
 		}
 		v := float64(res.Logprobs[i])
 		lp.TextOffset = append(lp.TextOffset, off)
-		lp.TokenLogprobs = append(lp.TokenLogprobs, v)
+		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
 		lp.Tokens = append(lp.Tokens, tok)
 		lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{tok: v})
 		off += len(tok)

@@ -65,6 +65,7 @@ type Recorder struct {
 	calls      []recordedCall
 	rejected   int
 	failed     int
+	invalid    int
 	rejections []Rejection
 	closed     bool
 	anthropic  messagesState // the Messages API's counters and notes (messages.go)
@@ -107,6 +108,14 @@ func (r *Recorder) Failed() int {
 	return r.failed
 }
 
+// InvalidResults counts the failed calls whose completion the engine could
+// not train on (a null or missing log-prob or token id from the server).
+func (r *Recorder) InvalidResults() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.invalid
+}
+
 // Rejections returns the first refusals and failures, for diagnosis.
 func (r *Recorder) Rejections() []Rejection {
 	r.mu.Lock()
@@ -145,6 +154,9 @@ func (r *Recorder) rejectRoute(e *apiError, route string, at time.Time) {
 	}
 	if e.status >= 500 {
 		r.failed++
+		if e.code == codeGenerationInvalid {
+			r.invalid++
+		}
 	} else {
 		r.rejected++
 	}

@@ -245,8 +245,17 @@ func generateError(reqCtx, genCtx context.Context, err error) *apiError {
 	case errors.Is(genCtx.Err(), context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, typ: "server_error", message: "generation timed out: " + err.Error()}
 	}
+	var invalid *engine.InvalidResultError
+	if errors.As(err, &invalid) {
+		return &apiError{status: http.StatusBadGateway, typ: "server_error", code: codeGenerationInvalid, message: "generation failed: " + err.Error()}
+	}
 	return serverError("generation failed: %v", err)
 }
+
+// codeGenerationInvalid marks a call whose completion the generation server
+// left without log-probs or token ids (engine.InvalidResultError): the
+// recorder counts it apart, so the rollout ends generation_invalid.
+const codeGenerationInvalid = "generation_invalid"
 
 // statusClientClosed is nginx's status for a request its client abandoned.
 const statusClientClosed = 499

@@ -98,6 +98,10 @@ func (e *episode) run(ctx context.Context) error {
 		res, err := e.generate(ctx, ids, budget, iter)
 		if err != nil {
 			tr.Outcome = OutcomeGenError
+			var invalid *engine.InvalidResultError
+			if errors.As(err, &invalid) {
+				tr.Outcome = OutcomeGenInvalid
+			}
 			if ctx.Err() != nil {
 				tr.Outcome = Classify(ctx, ctx.Err())
 			}

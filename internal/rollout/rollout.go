@@ -100,6 +100,10 @@ const (
 	OutcomeEnvError    Outcome = "env_error"
 	OutcomeTimeout     Outcome = "timeout"
 	OutcomeGenError    Outcome = "generation_error"
+	// OutcomeGenInvalid: the generation server answered with a completion
+	// that cannot be trained on (a null or missing log-prob or token id;
+	// engine.InvalidResultError), never read as a number.
+	OutcomeGenInvalid Outcome = "generation_invalid"
 	OutcomeCanceled    Outcome = "canceled"
 	// OutcomeRewardError: a reward function failed for the rollout (an
 	// http scorer down, an expression that failed); never scored as 0.
@@ -124,7 +128,7 @@ const (
 func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeDone, OutcomeStopped, OutcomeIterations, OutcomeTruncated, OutcomeBudget,
-		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
+		OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeGenInvalid, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
 		OutcomeAgentError, OutcomeAgentTimeout, OutcomeAgentBadOutput, OutcomeAgentBadRequest, OutcomeAgentNoCalls,
 	}
 }
@@ -133,7 +137,7 @@ func Outcomes() []Outcome {
 // rollouts are excluded from the loss and counted.
 func (o Outcome) Failed() bool {
 	switch o {
-	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
+	case OutcomeUnreachable, OutcomeEnvError, OutcomeTimeout, OutcomeGenError, OutcomeGenInvalid, OutcomeCanceled, OutcomeRewardError, OutcomeRenderError,
 		OutcomeAgentError, OutcomeAgentTimeout, OutcomeAgentBadOutput, OutcomeAgentBadRequest, OutcomeAgentNoCalls:
 		return true
 	}

@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -131,19 +132,51 @@ func TestDecodeVLLMShapes(t *testing.T) {
 	require.NoError(t, resp.Validate(1))
 	ch := resp.Choices[0]
 	assert.Equal(t, []int32{104, 2}, ch.TokenIDs)
-	assert.Equal(t, []float64{-0.5, -0.25}, ch.Logprobs.TokenLogprobs)
+	require.Len(t, ch.Logprobs.TokenLogprobs, 2)
+	assert.Equal(t, -0.5, *ch.Logprobs.TokenLogprobs[0])
+	assert.Equal(t, -0.25, *ch.Logprobs.TokenLogprobs[1])
 	assert.Equal(t, "stop", *ch.FinishReason)
 	id, ok := ch.StopTokenID()
 	assert.True(t, ok)
 	assert.Equal(t, int32(2), id)
 	assert.Equal(t, Usage{PromptTokens: 2, CompletionTokens: 2, TotalTokens: 4}, resp.Usage)
 
-	// Validate catches what RL cannot do without.
-	bad := *resp
-	bad.Choices = []Choice{ch}
-	bad.Choices[0].TokenIDs = nil
-	assert.ErrorContains(t, bad.Validate(1), "ignored return_token_ids")
-	bad.Choices[0].TokenIDs = []int32{1, 2, 3}
-	assert.ErrorContains(t, bad.Validate(1), "log-probs for 2 of 3 tokens")
-	assert.ErrorContains(t, resp.Validate(2), "1 choices, want 2")
+	var re *ResponseError
+	require.ErrorAs(t, resp.Validate(2), &re)
+	assert.Equal(t, ResponseError{Choice: -1, Field: "choices", Token: -1, Problem: "1 choices, want 2"}, *re)
+}
+
+// TestValidateRefusesWhatCannotBeTrained decodes answers a vLLM can give
+// (its token_logprobs is list[float | None]) and checks that every gap is
+// a *ResponseError naming the choice, field and token, never a number.
+func TestValidateRefusesWhatCannotBeTrained(t *testing.T) {
+	const ok = `{"index":0,"finish_reason":"stop","token_ids":[5,6],"logprobs":{"token_logprobs":[-0.5,-0.25]}}`
+	cases := []struct {
+		name, choice string
+		field        string
+		token        int
+	}{
+		{"null log-prob", `{"index":0,"finish_reason":"stop","token_ids":[5,6],"logprobs":{"token_logprobs":[-0.5,null]}}`, "logprobs.token_logprobs", 1},
+		{"no log-probs", `{"index":0,"finish_reason":"stop","token_ids":[5,6],"logprobs":null}`, "logprobs.token_logprobs", -1},
+		{"null log-prob list", `{"index":0,"finish_reason":"stop","token_ids":[5,6],"logprobs":{"token_logprobs":null}}`, "logprobs.token_logprobs", -1},
+		{"short log-probs", `{"index":0,"finish_reason":"stop","token_ids":[5,6,7],"logprobs":{"token_logprobs":[-0.5,-0.25]}}`, "logprobs.token_logprobs", -1},
+		{"positive log-prob", `{"index":0,"finish_reason":"stop","token_ids":[5,6],"logprobs":{"token_logprobs":[-0.5,0.5]}}`, "logprobs.token_logprobs", 1},
+		{"no token ids", `{"index":0,"finish_reason":"stop","logprobs":{"token_logprobs":[]}}`, "token_ids", -1},
+		{"no finish reason", `{"index":0,"finish_reason":null,"token_ids":[5],"logprobs":{"token_logprobs":[-1]}}`, "finish_reason", -1},
+		{"wrong index", `{"index":3,"finish_reason":"stop","token_ids":[5],"logprobs":{"token_logprobs":[-1]}}`, "index", -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var resp CompletionResponse
+			require.NoError(t, json.Unmarshal([]byte(`{"choices":[`+tc.choice+`]}`), &resp))
+			var re *ResponseError
+			require.ErrorAs(t, resp.Validate(1), &re)
+			assert.Equal(t, 0, re.Choice)
+			assert.Equal(t, tc.field, re.Field)
+			assert.Equal(t, tc.token, re.Token)
+		})
+	}
+	var resp CompletionResponse
+	require.NoError(t, json.Unmarshal([]byte(`{"choices":[`+ok+`]}`), &resp))
+	require.NoError(t, resp.Validate(1))
 }

@@ -13,6 +13,7 @@ package vllm
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // CompletionRequest is the body of POST /v1/completions. ortrain always sends
@@ -74,7 +75,9 @@ type Choice struct {
 // ChoiceLogprobs are parallel arrays, one entry per generated token.
 type ChoiceLogprobs struct {
 	TextOffset    []int                `json:"text_offset"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	// TokenLogprobs is vLLM's list[float | None]: a null entry is a
+	// log-prob the server did not compute, never a 0.
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	Tokens        []string             `json:"tokens"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 }
@@ -177,33 +180,62 @@ func (c Choice) StopTokenID() (int32, bool) {
 	return id, true
 }
 
+// ResponseError is a 2xx completion answer that lacks what training needs:
+// a choice, its token ids, its finish reason, or a log-prob per token (a
+// null log-prob included). Callers must not train on such a sample.
+type ResponseError struct {
+	// Choice is the choice at fault (-1: the choices list itself).
+	Choice int
+	// Field is the response field at fault ("choices", "token_ids",
+	// "finish_reason", "logprobs.token_logprobs").
+	Field string
+	// Token is the first token at fault (-1: the field as a whole).
+	Token   int
+	Problem string
+}
+
+func (e *ResponseError) Error() string {
+	switch {
+	case e.Choice < 0:
+		return fmt.Sprintf("completion answer: %s: %s", e.Field, e.Problem)
+	case e.Token < 0:
+		return fmt.Sprintf("completion answer: choice %d: %s: %s", e.Choice, e.Field, e.Problem)
+	}
+	return fmt.Sprintf("completion answer: choice %d: %s[%d]: %s", e.Choice, e.Field, e.Token, e.Problem)
+}
+
 // Validate checks the parts of a response ortrain relies on, so a server
-// that ignores return_token_ids or logprobs fails loudly instead of yielding
-// empty trajectories.
+// that ignores return_token_ids or logprobs, or leaves a log-prob null,
+// fails loudly (a *ResponseError) instead of yielding empty trajectories
+// or log p = 0.
 func (r *CompletionResponse) Validate(wantChoices int) error {
 	if len(r.Choices) != wantChoices {
-		return fmt.Errorf("completion response has %d choices, want %d", len(r.Choices), wantChoices)
+		return &ResponseError{Choice: -1, Field: "choices", Token: -1, Problem: fmt.Sprintf("%d choices, want %d", len(r.Choices), wantChoices)}
 	}
 	for i, c := range r.Choices {
-		if c.Index != i {
-			return fmt.Errorf("completion choice %d has index %d", i, c.Index)
+		bad := func(field string, tok int, format string, args ...any) error {
+			return &ResponseError{Choice: i, Field: field, Token: tok, Problem: fmt.Sprintf(format, args...)}
 		}
-		if c.FinishReason == nil {
-			return fmt.Errorf("completion choice %d has no finish_reason", i)
+		switch {
+		case c.Index != i:
+			return bad("index", -1, "is %d", c.Index)
+		case c.FinishReason == nil:
+			return bad("finish_reason", -1, "missing")
+		case c.TokenIDs == nil:
+			return bad("token_ids", -1, "missing: the server ignored return_token_ids (vLLM 0.10.2 or newer returns them)")
+		case c.Logprobs == nil || c.Logprobs.TokenLogprobs == nil:
+			return bad("logprobs.token_logprobs", -1, "missing: the server ignored logprobs=0")
+		case len(c.Logprobs.TokenLogprobs) != len(c.TokenIDs):
+			return bad("logprobs.token_logprobs", -1, "log-probs for %d of %d tokens", len(c.Logprobs.TokenLogprobs), len(c.TokenIDs))
 		}
-		if c.TokenIDs == nil {
-			return fmt.Errorf("completion choice %d has no token_ids: the server ignored return_token_ids (vLLM >= 0.10.2 is needed)", i)
-		}
-		if c.Logprobs == nil || len(c.Logprobs.TokenLogprobs) != len(c.TokenIDs) {
-			return fmt.Errorf("completion choice %d has log-probs for %d of %d tokens", i, lenLogprobs(c.Logprobs), len(c.TokenIDs))
+		for j, lp := range c.Logprobs.TokenLogprobs {
+			if lp == nil {
+				return bad("logprobs.token_logprobs", j, "null (token id %d): the server did not compute its log-prob", c.TokenIDs[j])
+			}
+			if math.IsNaN(*lp) || *lp > 0 {
+				return bad("logprobs.token_logprobs", j, "%v is not a log-probability (token id %d)", *lp, c.TokenIDs[j])
+			}
 		}
 	}
 	return nil
-}
-
-func lenLogprobs(l *ChoiceLogprobs) int {
-	if l == nil {
-		return 0
-	}
-	return len(l.TokenLogprobs)
 }
