@@ -82,8 +82,10 @@ var allowed = map[string][]string{
 	"internal/tfevents":    {},
 	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
 		"internal/launch", "internal/memstat", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
-	"internal/verdict":            {},
-	"internal/vllm":               {"internal/backoff", "internal/childproc"},
+	"internal/verdict": {},
+	"internal/vllm":    {"internal/backoff", "internal/childproc", "internal/vllmguard"},
+	// the proxy that requires the API key on every route of a replica bound beyond loopback.
+	"internal/vllmguard":          {},
 	"internal/worker":             {"internal/grpo", "internal/model"},
 	"internal/worker/benchworker": {"internal/grpo", "internal/model", "internal/worker"},
 	// the worker's log-probs (float64-exact, PEFT adapters) for scripts/check-hf-parity.

@@ -62,12 +62,22 @@ SIGKILL after --stop-grace.
 
 Each replica's URL and every state change are printed on stdout, one line each:
   replica 0 ready http://127.0.0.1:8000 gpus=2 restarts=0
+
+With --host beyond loopback (0.0.0.0, a node address) VLLM_API_KEY must be set.
+vLLM's own --api-key guards only /v1, leaving /pause, /resume, /is_paused,
+/collective_rpc and /reset_prefix_cache open, so each vLLM then listens on
+127.0.0.1 and ortrain's proxy serves --host:--port in front of it, requiring
+"Authorization: Bearer $VLLM_API_KEY" on every route, /health included. The
+printed URLs are the proxy's (for 0.0.0.0 named by this machine's hostname).
 Arguments after -- are passed to vllm serve unchanged.`,
 		Example: `  # two replicas, one GPU each, on GPUs 2 and 3
   ortrain serve-vllm --model Qwen/Qwen3-4B --gpus 2,3
 
   # one replica sharded over two GPUs, with extra vLLM flags
   ortrain serve-vllm --model /models/qwen3-8b --gpus 2,3 --tensor-parallel-size 2 -- --enforce-eager
+
+  # reachable from other machines: every route behind ortrain's key-checking proxy
+  VLLM_API_KEY=$(openssl rand -hex 16) ortrain serve-vllm --model Qwen/Qwen3-4B --gpus 2,3 --host 0.0.0.0
 
   # the same supervision over ortrain's own engine (no vLLM, no GPU)
   # ("ortrain" as the program means this very binary)
@@ -97,7 +107,7 @@ Arguments after -- are passed to vllm serve unchanged.`,
 	f.IntVar(&opts.TensorParallel, "tensor-parallel-size", 1, "GPUs per replica")
 	f.IntVar(&opts.Replicas, "replicas", 0, "number of servers (0: GPUs / tensor-parallel-size, at least 1)")
 	f.IntVar(&opts.Port, "port", 8000, "port of replica 0; replica i gets port+i (0: free ports)")
-	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the servers bind (beyond loopback, VLLM_API_KEY must be set: the servers then require it as a Bearer token)")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the servers are reached at (beyond loopback, VLLM_API_KEY must be set: vLLM then listens on 127.0.0.1 and ortrain's proxy here requires the key as a Bearer token on every route)")
 	f.StringVar(&opts.Command, "command", "vllm serve", "program and leading args of each server, split on spaces")
 	f.Float64Var(&opts.GPUMemoryUtil, "gpu-memory-utilization", 0, "fraction of each GPU's memory vLLM may use (0: vLLM's default)")
 	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (0: the model's)")
@@ -159,6 +169,12 @@ func runServeVLLM(ctx context.Context, opts *ServeVLLMOptions) error {
 		return fmt.Errorf("start vLLM: %w", err)
 	}
 	defer sup.Stop()
+	if urls := sup.PublicURLs(); !slices.Equal(urls, sup.URLs()) { // beyond loopback: guarded
+		fmt.Fprintf(opts.IO.ErrOut, "replicas serve other machines at %s through ortrain's proxy, which requires VLLM_API_KEY as "+
+			"'Authorization: Bearer' on every route (/health and the control routes /pause, /resume, /is_paused, /collective_rpc, "+
+			"/reset_prefix_cache included); vLLM itself listens on 127.0.0.1\n", strings.Join(urls, ", "))
+		opts.Logger.Info().Strs("urls", urls).Msg("control routes guarded by ortrain's proxy; vLLM listens on 127.0.0.1")
+	}
 	select {
 	case <-ctx.Done():
 		return nil
@@ -193,7 +209,12 @@ type eventPrinter struct {
 func (p *eventPrinter) print(ev vllm.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	line := fmt.Sprintf("replica %d %s %s gpus=%s restarts=%d", ev.Replica, ev.State, ev.URL, vllm.JoinGPUs(ev.GPUs), ev.Restarts)
+	// The URL others use: beyond loopback the guard's, not vLLM's own.
+	url := ev.PublicURL
+	if url == "" {
+		url = ev.URL
+	}
+	line := fmt.Sprintf("replica %d %s %s gpus=%s restarts=%d", ev.Replica, ev.State, url, vllm.JoinGPUs(ev.GPUs), ev.Restarts)
 	if ev.Err != nil {
 		line += " error=" + strings.ReplaceAll(ev.Err.Error(), "\n", " | ")
 	}

@@ -137,6 +137,69 @@ func TestServeVLLMSupervisesUntilInterrupted(t *testing.T) {
 	assert.Empty(t, entries, "serve-vllm wrote into the working directory")
 }
 
+// TestServeVLLMGuardsBeyondLoopback: with --host 0.0.0.0 the printed URL
+// is the guard's, named by this machine's hostname; it refuses every route
+// without VLLM_API_KEY and serves with it.
+func TestServeVLLMGuardsBeyondLoopback(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "toyserver")
+	out, err := exec.Command("go", "build", "-o", bin, "../vllm/testdata/toyserver").CombinedOutput()
+	require.NoError(t, err, string(out))
+	dir := filepath.Join(t.TempDir(), "tiny")
+	p, _ := model.PresetByName("tiny")
+	require.NoError(t, model.InitOverwrite(dir, p, 1))
+	const key = "sk-serve-vllm-guard"
+	t.Setenv("VLLM_API_KEY", key)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+
+	deps := SystemDeps()
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: stdout, ErrOut: stderr}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	codeCh := make(chan int, 1)
+	go func() {
+		codeCh <- Execute(ctx, deps, []string{"serve-vllm", "--model", dir, "--host", "0.0.0.0", "--port", "0", "--command", bin,
+			"--log-dir", t.TempDir(), "--stop-grace", "5s", "--log-format", "json"})
+	}()
+	ready := regexp.MustCompile(`(?m)^replica 0 ready http://` + regexp.QuoteMeta(host) + `:(\d+) gpus= restarts=0$`)
+	require.Eventually(t, func() bool { return ready.MatchString(stdout.String()) }, time.Minute, 20*time.Millisecond, stdout.String()+stderr.String())
+	port := ready.FindStringSubmatch(stdout.String())[1]
+	assert.Contains(t, stderr.String(), "through ortrain's proxy, which requires VLLM_API_KEY")
+	assert.NotContains(t, stdout.String()+stderr.String(), key)
+
+	guard := "http://127.0.0.1:" + port // the guard listens on every address
+	for _, tc := range []struct {
+		path, key string
+		want      int
+	}{
+		{"/is_paused", "", http.StatusUnauthorized},
+		{"/health", "", http.StatusUnauthorized},
+		{"/is_paused", "wrong", http.StatusUnauthorized},
+		{"/is_paused", key, http.StatusOK},
+		{"/v1/models", key, http.StatusOK},
+	} {
+		req, err := http.NewRequest("GET", guard+tc.path, nil)
+		require.NoError(t, err)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, tc.want, resp.StatusCode, "GET %s key=%q", tc.path, tc.key)
+	}
+	cancel()
+	select {
+	case code := <-codeCh:
+		assert.Equal(t, ExitOK, code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve-vllm did not stop on interrupt")
+	}
+	_, err = http.Get(guard + "/health")
+	assert.Error(t, err, "the guard still answers after stop")
+}
+
 func TestServeVLLMWithoutVLLMSaysWhatToDo(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tiny")
 	p, _ := model.PresetByName("tiny")

@@ -87,23 +87,6 @@ func (c *Client) WithSessionID(id string) *Client {
 	return &cc
 }
 
-// Guarded reports whether the server refuses its control routes to a
-// caller without the API key. vLLM releases that guard only /v1/* leave
-// /pause and /collective_rpc open; serve-engine guards every route but
-// /health.
-func (c *Client) Guarded(ctx context.Context) (bool, error) {
-	err := c.WithAPIKey("").do(ctx, http.MethodGet, "/is_paused", nil, nil)
-	var se *StatusError
-	switch {
-	case err == nil:
-		return false, nil
-	case errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden):
-		return true, nil
-	default:
-		return false, err
-	}
-}
-
 // Health returns nil when GET /health answers 200.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/health", nil, nil)

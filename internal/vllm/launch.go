@@ -44,9 +44,11 @@ type LaunchConfig struct {
 	Model string
 	// ServedModelName is the name clients send; empty: the model path.
 	ServedModelName string
-	// Host to bind; empty means 127.0.0.1. Beyond loopback the replica
-	// must have an APIKey: its control routes (/pause, /collective_rpc,
-	// weight reloads) would otherwise be open to the network.
+	// Host to serve on; empty means 127.0.0.1. Beyond loopback an APIKey
+	// is required, vLLM itself binds 127.0.0.1 (see bindHost), and
+	// ortrain's guard (internal/vllmguard) serves Host, requiring the key
+	// on every route: vLLM's own key leaves /pause, /collective_rpc and
+	// the other control routes open.
 	Host string
 	// APIKey reaches the replica as VLLM_API_KEY (vLLM's --api-key, read by
 	// serve-engine too), never on the command line where ps shows it.
@@ -65,7 +67,7 @@ type LaunchConfig struct {
 	ExtraEnv []string
 }
 
-// Argv is the replica's command line for port.
+// Argv is the replica's command line for port, bound to bindHost.
 func (c *LaunchConfig) Argv(port int) []string {
 	argv := slices.Clone(c.Command)
 	if len(argv) == 0 {
@@ -75,7 +77,7 @@ func (c *LaunchConfig) Argv(port int) []string {
 		argv[0] = c.Self
 	}
 	argv = append(argv, c.Model,
-		"--host", c.host(), "--port", strconv.Itoa(port),
+		"--host", c.bindHost(), "--port", strconv.Itoa(port),
 		"--logprobs-mode", "processed_logprobs",
 		"--generation-config", "vllm",
 		"--tensor-parallel-size", strconv.Itoa(max(c.TensorParallelSize, 1)),
@@ -111,6 +113,15 @@ func (c *LaunchConfig) host() string {
 	return c.Host
 }
 
+// bindHost is the address vLLM itself binds: Host on loopback, else
+// 127.0.0.1, where only this machine (and the guard in front) reaches it.
+func (c *LaunchConfig) bindHost() string {
+	if IsLoopback(c.host()) {
+		return c.host()
+	}
+	return "127.0.0.1"
+}
+
 // CheckExposure refuses a bind beyond loopback without an API key.
 func (c *LaunchConfig) CheckExposure() error {
 	if c.APIKey == "" && !IsLoopback(c.host()) {
@@ -123,7 +134,7 @@ func (c *LaunchConfig) CheckExposure() error {
 type ExposedError struct{ Host string }
 
 func (e *ExposedError) Error() string {
-	return fmt.Sprintf("host %s is reachable beyond this machine, and a replica's control routes (pause, weight reload) need an API key there: "+
+	return fmt.Sprintf("host %s is reachable beyond this machine, and ortrain's guard in front of the replicas requires an API key on every route there: "+
 		"set engine.vllm_api_key (ORTRAIN_ENGINE_VLLM_API_KEY) for ortrain run, VLLM_API_KEY for serve-vllm, or bind to 127.0.0.1", e.Host)
 }
 

@@ -169,6 +169,11 @@ func TestLaunchExposure(t *testing.T) {
 	}
 	c := vllm.LaunchConfig{Model: "m", Host: "0.0.0.0", APIKey: "sk-replica"}
 	assert.NotContains(t, strings.Join(c.Argv(9000), " "), "sk-replica")
+	// vLLM itself binds loopback beyond it; ortrain's guard takes the host.
+	for host, bind := range map[string]string{"0.0.0.0": "127.0.0.1", "10.1.2.3": "127.0.0.1", "": "127.0.0.1", "localhost": "localhost", "::1": "::1"} {
+		c := vllm.LaunchConfig{Model: "m", Host: host, APIKey: "k"}
+		assert.Contains(t, strings.Join(c.Argv(9000), " "), " --host "+bind+" --port 9000 ", "host %q", host)
+	}
 	assert.Contains(t, c.Env(nil), "VLLM_API_KEY=sk-replica")
 	assert.Equal(t, "127.0.0.1", vllm.ClientHost("0.0.0.0"))
 	assert.Equal(t, "127.0.0.1", vllm.ClientHost("::"))

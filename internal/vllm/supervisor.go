@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,13 +36,17 @@ func (s State) String() string {
 
 // Event reports a replica's state change.
 type Event struct {
-	Replica  int
-	State    State
-	URL      string
-	GPUs     []int
-	Restarts int
-	Err      error // why it is restarting or failed
-	LogPath  string
+	Replica int
+	State   State
+	// URL is where the replica's vLLM listens, the address ortrain uses;
+	// PublicURL is the one other machines use (the guard's beyond
+	// loopback, else URL).
+	URL       string
+	PublicURL string
+	GPUs      []int
+	Restarts  int
+	Err       error // why it is restarting or failed
+	LogPath   string
 }
 
 // Options configure a Supervisor.
@@ -115,19 +120,21 @@ type Supervisor struct {
 	failErr  error
 }
 
-// Replica is one supervised server. Its URL can change when a restart has
+// Replica is one supervised server. Its URLs can change when a restart has
 // to move to a new free port.
 type Replica struct {
 	index   int
 	gpus    []int
 	logPath string
 
-	mu       sync.Mutex
-	url      string
-	port     int
-	state    State
-	restarts int
-	pid      int
+	mu        sync.Mutex
+	url       string // where vLLM listens (loopback when guarded)
+	publicURL string // the guard's URL beyond loopback, else url
+	port      int    // the requested port: vLLM's, or the guard's beyond loopback
+	upPort    int    // vLLM's loopback port behind the guard
+	state     State
+	restarts  int
+	pid       int
 }
 
 // Index is the replica's position.
@@ -139,8 +146,14 @@ func (r *Replica) GPUs() []int { return r.gpus }
 // LogPath is the replica's log file.
 func (r *Replica) LogPath() string { return r.logPath }
 
-// URL is the replica's current base URL.
+// URL is the replica's current base URL as ortrain reaches it: beyond
+// loopback that is vLLM itself on 127.0.0.1, behind no guard.
 func (r *Replica) URL() string { r.mu.Lock(); defer r.mu.Unlock(); return r.url }
+
+// PublicURL is the base URL for other machines: beyond loopback the
+// guard's, which requires the API key on every route (a wildcard bind is
+// named by this machine's hostname, see PublicHost); on loopback it is URL.
+func (r *Replica) PublicURL() string { r.mu.Lock(); defer r.mu.Unlock(); return r.publicURL }
 
 // Ready reports whether the replica is serving.
 func (r *Replica) Ready() bool { return r.State() == StateReady }
@@ -221,6 +234,15 @@ func (s *Supervisor) URLs() []string {
 	return out
 }
 
+// PublicURLs are the replicas' current URLs for other machines.
+func (s *Supervisor) PublicURLs() []string {
+	out := make([]string, len(s.replicas))
+	for i, r := range s.replicas {
+		out[i] = r.PublicURL()
+	}
+	return out
+}
+
 // Failed is closed when a replica has given up after MaxRestarts; Err says why.
 func (s *Supervisor) Failed() <-chan struct{} { return s.failed }
 
@@ -244,11 +266,14 @@ func (s *Supervisor) Stop() {
 func (s *Supervisor) emit(r *Replica, st State, err error) {
 	r.mu.Lock()
 	r.state = st
-	ev := Event{Replica: r.index, State: st, URL: r.url, GPUs: r.gpus, Restarts: r.restarts, Err: err, LogPath: r.logPath}
+	ev := Event{Replica: r.index, State: st, URL: r.url, PublicURL: r.publicURL, GPUs: r.gpus, Restarts: r.restarts, Err: err, LogPath: r.logPath}
 	r.mu.Unlock()
 	l := s.opts.Logger.Info()
 	if err != nil {
 		l = s.opts.Logger.Warn().Err(err)
+	}
+	if ev.PublicURL != ev.URL {
+		l = l.Str("public_url", ev.PublicURL)
 	}
 	l.Int("replica", r.index).Str("state", st.String()).Str("url", ev.URL).Str("gpus", JoinGPUs(r.gpus)).Int("restarts", ev.Restarts).Msg("vllm replica")
 	if s.opts.OnEvent != nil {
@@ -272,7 +297,7 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 		}
 	}()
 	for {
-		p, err := s.launch(stopCtx, r)
+		p, g, err := s.launch(stopCtx, r)
 		if err == nil {
 			// Before Start hears: whoever it returns to sees ready replicas.
 			s.emit(r, StateReady, nil)
@@ -294,7 +319,7 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 		}
 		if err == nil {
 			b.Reset()
-			err = s.watch(stopCtx, r, p)
+			err = s.watch(stopCtx, r, p, g)
 		}
 		if stopCtx.Err() != nil {
 			s.emit(r, StateStopped, nil)
@@ -318,28 +343,27 @@ func (s *Supervisor) supervise(r *Replica, first chan<- error) {
 	}
 }
 
-// launch starts the process and waits until it is ready (and AfterStart
-// succeeded). On failure the process is killed.
-func (s *Supervisor) launch(ctx context.Context, r *Replica) (*childproc.Process, error) {
-	host := s.opts.Launch.host()
-	port := r.port
-	if s.opts.BasePort > 0 {
-		if err := CheckPort(host, port); err != nil {
-			return nil, err
-		}
-	} else if port == 0 || CheckPort(host, port) != nil {
-		var err error
-		if port, err = FreePort(host); err != nil {
-			return nil, err
-		}
+// launch starts the process (behind a guard beyond loopback) and waits
+// until it is ready and AfterStart succeeded. On failure both are stopped.
+func (s *Supervisor) launch(ctx context.Context, r *Replica) (*childproc.Process, *replicaGuard, error) {
+	host, port, g, err := s.bind(ctx, r)
+	if err != nil {
+		return nil, nil, err
 	}
-	url := "http://" + net.JoinHostPort(ClientHost(host), strconv.Itoa(port))
+	url := "http://" + net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))
+	public := url
+	if g != nil {
+		public = g.url
+	}
 	p, err := childproc.Start(childproc.Options{Argv: s.opts.Launch.Argv(port), Env: s.opts.Launch.Env(r.gpus), LogPath: r.logPath})
 	if err != nil {
-		return nil, err
+		if g != nil {
+			g.stop()
+		}
+		return nil, nil, err
 	}
 	r.mu.Lock()
-	r.port, r.url, r.pid = port, url, p.PGID()
+	r.url, r.publicURL, r.pid = url, public, p.PGID()
 	r.mu.Unlock()
 	s.emit(r, StateStarting, nil)
 	c, err := NewClient(url, s.opts.HTTPClient)
@@ -347,26 +371,84 @@ func (s *Supervisor) launch(ctx context.Context, r *Replica) (*childproc.Process
 		c = c.WithAPIKey(s.opts.Launch.APIKey)
 		_, err = waitReady(ctx, p, c, s.opts.StartupTimeout, s.opts.PollInterval)
 	}
-	if err == nil && !IsLoopback(host) {
-		err = checkGuarded(ctx, c)
-	}
 	if err == nil && s.opts.AfterStart != nil {
 		err = s.opts.AfterStart(ctx, r.index, c)
 	}
 	if err != nil {
+		if g != nil {
+			g.beginStop()
+		}
 		if ctx.Err() != nil {
 			p.Stop(s.opts.StopGrace)
 		} else {
 			p.Kill()
 		}
-		return nil, err
+		if g != nil {
+			g.stop()
+		}
+		return nil, nil, err
 	}
-	return p, nil
+	return p, g, nil
 }
 
-// watch returns when the process exits, stops answering /health, or Stop is
-// called (then it stops the process gracefully and returns nil).
-func (s *Supervisor) watch(ctx context.Context, r *Replica, p *childproc.Process) error {
+// bind picks where vLLM listens. On loopback that is the requested host and
+// port. Beyond loopback vLLM gets a free port on 127.0.0.1 and a guard takes
+// the requested address, since vLLM's own key leaves its control routes
+// open. A fixed port (BasePort) must be free; a free-port replica keeps the
+// previous start's port when it still can.
+func (s *Supervisor) bind(ctx context.Context, r *Replica) (string, int, *replicaGuard, error) {
+	host, bindHost := s.opts.Launch.host(), s.opts.Launch.bindHost()
+	fixed := s.opts.BasePort > 0
+	r.mu.Lock()
+	port, upPort := r.port, r.upPort
+	r.mu.Unlock()
+	if host == bindHost {
+		port, err := pickPort(host, port, fixed)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		r.mu.Lock()
+		r.port = port
+		r.mu.Unlock()
+		return host, port, nil, nil
+	}
+	upPort, err := pickPort(bindHost, upPort, false)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	upstream := "http://" + net.JoinHostPort(bindHost, strconv.Itoa(upPort))
+	g, err := startGuard(ctx, host, port, fixed, upstream, s.opts.Launch.APIKey,
+		s.opts.Logger.With().Str("component", "vllmguard").Int("replica", r.index).Logger())
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("guard for replica %d on %s: %w", r.index, host, err)
+	}
+	r.mu.Lock()
+	r.port, r.upPort = g.port, upPort
+	r.mu.Unlock()
+	return bindHost, upPort, g, nil
+}
+
+// pickPort: a fixed port must be free now; otherwise prev when it is still
+// free, else a free one.
+func pickPort(host string, prev int, fixed bool) (int, error) {
+	if fixed {
+		return prev, CheckPort(host, prev)
+	}
+	if prev != 0 && CheckPort(host, prev) == nil {
+		return prev, nil
+	}
+	return FreePort(host)
+}
+
+// watch returns when the process exits, stops answering /health, its guard
+// stops serving, or Stop is called (then it stops both gracefully and
+// returns nil). The guard (nil on loopback) is stopped on every return.
+func (s *Supervisor) watch(ctx context.Context, r *Replica, p *childproc.Process, g *replicaGuard) error {
+	var guardDone <-chan struct{} // nil on loopback: never ready
+	if g != nil {
+		defer g.stop()
+		guardDone = g.exited()
+	}
 	c, _ := NewClient(r.URL(), s.opts.HTTPClient)
 	c = c.WithAPIKey(s.opts.Launch.APIKey)
 	tick := time.NewTicker(s.opts.HealthInterval)
@@ -375,11 +457,17 @@ func (s *Supervisor) watch(ctx context.Context, r *Replica, p *childproc.Process
 	for {
 		select {
 		case <-ctx.Done():
+			if g != nil {
+				g.beginStop() // no new requests while vLLM drains
+			}
 			p.Stop(s.opts.StopGrace)
 			return nil
 		case <-p.Done():
 			p.Kill() // reap what the leader left behind
 			return fmt.Errorf("replica %d crashed: %w", r.index, p.ExitError())
+		case <-guardDone:
+			p.Kill()
+			return fmt.Errorf("replica %d: the guard on %s stopped: %w", r.index, g.url, g.failure())
 		case <-tick.C:
 			hctx, cancel := context.WithTimeout(ctx, max(s.opts.HealthInterval, 2*time.Second))
 			err := c.Health(hctx)
@@ -394,20 +482,4 @@ func (s *Supervisor) watch(ctx context.Context, r *Replica, p *childproc.Process
 			}
 		}
 	}
-}
-
-// checkGuarded refuses a replica reachable beyond loopback whose control
-// routes answer without the API key.
-func checkGuarded(ctx context.Context, c *Client) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	guarded, err := c.Guarded(ctx)
-	if err != nil {
-		return fmt.Errorf("check that %s guards its control routes: %w", c.URL(), err)
-	}
-	if !guarded {
-		return fmt.Errorf("%s answers GET /is_paused without the API key: this server guards only /v1/* with --api-key, "+
-			"so its pause and weight routes would be open to the network; use a vLLM whose --api-key guards every route, or bind to 127.0.0.1", c.URL())
-	}
-	return nil
 }

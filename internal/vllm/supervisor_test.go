@@ -39,6 +39,19 @@ func (l *eventLog) states(replica int) []string {
 	return out
 }
 
+// last is the replica's latest event.
+func (l *eventLog) last(replica int) vllm.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out vllm.Event
+	for _, ev := range l.evs {
+		if ev.Replica == replica {
+			out = ev
+		}
+	}
+	return out
+}
+
 func supervisorOptions(t *testing.T, kind childKind, replicas int) (vllm.Options, *eventLog) {
 	log := &eventLog{}
 	env := []string{"PATH=" + os.Getenv("PATH")}
@@ -60,11 +73,15 @@ func supervisorOptions(t *testing.T, kind childKind, replicas int) (vllm.Options
 	}, log
 }
 
-// complete sends a one-prompt, 4-token completion and checks the shape.
-func complete(t *testing.T, ctx context.Context, url, model string) *vllm.CompletionResponse {
+// complete sends a one-prompt, 4-token completion (with the API key, when
+// one is given) and checks the shape.
+func complete(t *testing.T, ctx context.Context, url, model string, key ...string) *vllm.CompletionResponse {
 	t.Helper()
 	c, err := vllm.NewClient(url, nil)
 	require.NoError(t, err)
+	if len(key) > 0 {
+		c = c.WithAPIKey(key[0])
+	}
 	zero, seed := 0, int64(3)
 	resp, err := c.Complete(ctx, &vllm.CompletionRequest{Model: model, Prompt: []int32{1, 2, 3}, MaxTokens: 4, N: 1,
 		Temperature: 1, TopP: 1, TopK: -1, RepetitionPenalty: 1, Seed: &seed, IgnoreEOS: true, Logprobs: &zero, ReturnTokenIDs: true})
@@ -141,6 +158,21 @@ func TestSupervisorStartupDeadline(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second)
 	assert.Contains(t, err.Error(), "not ready after")
 	assert.Contains(t, err.Error(), "replica 0")
+	assert.Equal(t, []string{"starting", "failed"}, log.states(0))
+}
+
+// TestSupervisorSlowHealth: a server whose /health answers later than the
+// supervisor waits (the stand-in's slow-health fault) never counts as
+// ready: the start fails, naming the health check, instead of hanging.
+func TestSupervisorSlowHealth(t *testing.T) {
+	opts, log := supervisorOptions(t, childKind{name: "toy", command: []string{toyServer}, model: "toy"}, 1)
+	opts.Launch.ExtraArgs = []string{"--fault", "slow-health=5s"}
+	opts.StartupTimeout = 2500 * time.Millisecond
+	_, err := vllm.Start(testContext(t, time.Minute), opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not ready after")
+	assert.Contains(t, err.Error(), "/health")
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the last health check ran out of time")
 	assert.Equal(t, []string{"starting", "failed"}, log.states(0))
 }
 
