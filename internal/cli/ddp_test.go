@@ -491,11 +491,13 @@ func TestDataParallelSharesReplicas(t *testing.T) {
 	}
 }
 
-// startServeEngine starts `ortrain serve-engine` on the fixture's model
+// startServeEngine starts `ortrain serve-engine` on the fixture's model,
+// with the dev routes weight syncs need (as vLLM wants them switched on),
 // and returns its URL.
 func startServeEngine(t *testing.T, f ddpFixture) string {
 	t.Helper()
 	srv := exec.Command(f.bin, "serve-engine", "--model", f.modelDir, "--port", "0", "--threads", "1", "--worker-lib", f.lib)
+	srv.Env = append(os.Environ(), "VLLM_SERVER_DEV_MODE=1")
 	stdout, err := srv.StdoutPipe()
 	require.NoError(t, err)
 	var srvLog lockedBuffer

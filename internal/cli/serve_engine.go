@@ -42,6 +42,16 @@ type ServeEngineOptions struct {
 	Seed            int64
 	NoAccessLog     bool
 	APIKey          string
+	// EmulateVLLM is the vLLM version whose behaviour is imitated
+	// (engineserver's profile table).
+	EmulateVLLM string
+	// FaultSpecs are the --fault NAME[=VALUE] flags; Faults their parse.
+	FaultSpecs []string
+	Faults     engineserver.Faults
+	// DevMode and RuntimeLoRA come from VLLM_SERVER_DEV_MODE and
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING, as vLLM reads them.
+	DevMode     bool
+	RuntimeLoRA bool
 
 	Device    string
 	Threads   int
@@ -69,14 +79,27 @@ Any OpenAI client (base URL http://HOST:PORT/v1), with OpenAI's JSON shapes:
 
 Ortrain's vLLM path (supervisor, client, weight sync), with vLLM's JSON shapes:
 
-  GET  /health, /is_paused
+  GET  /health, /version
   POST /v1/completions          token-id prompts (a list of ints or of such lists):
                                 return_token_ids, logprobs=0, n, seed, stop_token_ids
+  dev routes, only with VLLM_SERVER_DEV_MODE=1 (as vLLM):
+  GET  /is_paused
   POST /pause, /resume          modes abort, wait, keep (they hold chat requests too)
   POST /collective_rpc          method reload_weights, kwargs.weights_path (HF safetensors dir)
   POST /reset_prefix_cache
-  POST /v1/load_lora_adapter, /v1/unload_lora_adapter   (with --enable-lora)
+  POST /v1/load_lora_adapter, /v1/unload_lora_adapter
+                                only with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1
 
+An absent route answers 404 {"detail":"Not Found"}. The API key (VLLM_API_KEY
+or --api-key) guards only paths under /v1, /v2, /inference and /cohere, as
+vLLM's: /health, /version and the dev routes answer without it.
+
+It answers as vLLM ` + engineserver.CurrentVLLM + ` does; --emulate-vllm VERSION answers as another:
+
+` + engineserver.ProfileHelp() + `
+Faults, for tests (--fault NAME[=VALUE], repeatable), quiet as a broken vLLM's:
+
+` + engineserver.FaultHelp() + `
 "model" is the served name (--served-model-name) or a loaded adapter's name;
 any other name answers 404. Text and chat completions sample one choice
 (n=1) and need the model's tokenizer; the tool-call format is detected from
@@ -99,8 +122,12 @@ The listening URL is printed on stdout; logs go to stderr.`,
   curl -s http://127.0.0.1:8100/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"models/tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":16}'
 
-  # as vLLM would be launched by the supervisor
-  ortrain serve-engine models/tiny --host 127.0.0.1 --port 8100 --enable-lora --max-lora-rank 16`,
+  # as vLLM would be launched by the supervisor (dev routes and runtime LoRA on)
+  VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 \
+    ortrain serve-engine models/tiny --host 127.0.0.1 --port 8100 --enable-lora --max-lora-rank 16
+
+  # an older vLLM whose reload_weights ignores new weights
+  VLLM_SERVER_DEV_MODE=1 ortrain serve-engine models/tiny --fault reload-noop --emulate-vllm 0.14.0`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -111,8 +138,8 @@ The listening URL is printed on stdout; logs go to stderr.`,
 			}
 			opts.IO, opts.Getenv = deps.IO, deps.Getenv
 			opts.Logger = deps.Logger.With().Str("command", "serve-engine").Logger()
-			if opts.APIKey == "" {
-				opts.APIKey = deps.Getenv("VLLM_API_KEY")
+			if err := opts.readEnv(deps.Getenv); err != nil {
+				return err
 			}
 			if err := opts.validate(); err != nil {
 				return err
@@ -126,7 +153,7 @@ The listening URL is printed on stdout; logs go to stderr.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "", "model directory (or the positional MODEL)")
 	f.StringVar(&opts.Host, "host", "127.0.0.1", "address to bind (beyond loopback an API key is required)")
-	f.StringVar(&opts.APIKey, "api-key", "", "require this Bearer token on every route but /health (default: $VLLM_API_KEY, as vllm serve; prefer the variable: flags show in ps)")
+	f.StringVar(&opts.APIKey, "api-key", "", "require this Bearer token on /v1, /v2, /inference and /cohere paths, as vLLM (default: $VLLM_API_KEY; prefer the variable: flags show in ps)")
 	f.IntVar(&opts.Port, "port", 8000, "port to listen on (0: a free port)")
 	f.StringVar(&opts.ServedModelName, "served-model-name", "", "name clients send as \"model\" (default: the model path)")
 	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "prompt + completion cap (default: max_position_embeddings)")
@@ -134,8 +161,8 @@ The listening URL is printed on stdout; logs go to stderr.`,
 	f.StringVar(&opts.LogprobsMode, "logprobs-mode", "processed_logprobs", "only processed_logprobs is supported")
 	f.StringVar(&opts.GenerationCfg, "generation-config", "vllm", "only vllm (request fields or vLLM defaults, never generation_config.json)")
 	f.Float64Var(&opts.GPUMemoryUtil, "gpu-memory-utilization", 0, "accepted for vllm serve compatibility")
-	f.BoolVar(&opts.EnableLoRA, "enable-lora", false, "serve runtime-loaded LoRA adapters")
-	f.IntVar(&opts.MaxLoRARank, "max-lora-rank", 16, "largest adapter rank")
+	f.BoolVar(&opts.EnableLoRA, "enable-lora", false, "serve LoRA adapters (loaded at run time with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)")
+	f.IntVar(&opts.MaxLoRARank, "max-lora-rank", 16, "largest adapter rank: one of "+joinInts(loraRanks()))
 	f.IntVar(&opts.MaxLoRAs, "max-loras", 1, "accepted for vllm serve compatibility (adapters are kept in host memory)")
 	f.StringVar(&opts.DType, "dtype", "", "compute dtype: float32, bfloat16, float16 (default: float32 on CPU)")
 	f.Int64Var(&opts.Seed, "seed", 0, "seed for requests that give none")
@@ -144,6 +171,8 @@ The listening URL is printed on stdout; logs go to stderr.`,
 	f.IntVar(&opts.Threads, "threads", 0, "libtorch threads (0: libtorch's default)")
 	f.IntVar(&opts.MaxBatch, "max-batch", 64, "most requests merged into one sampling call")
 	f.StringVar(&opts.ToolCallFormat, "tool-call-format", "auto", "how the model writes tool calls: auto (detect from the chat template) or one of "+strings.Join(chat.ToolCallFormatNames(), ", "))
+	f.StringVar(&opts.EmulateVLLM, "emulate-vllm", engineserver.CurrentVLLM, "answer as this vLLM version: "+strings.Join(engineserver.Versions(), ", "))
+	f.StringArrayVar(&opts.FaultSpecs, "fault", nil, "misbehave on purpose, for tests: NAME[=VALUE] (repeatable; see above)")
 	f.StringVar(&opts.WorkerLib, "worker-lib", "", "worker library path (default: search $ORTRAIN_WORKER_LIB, next to the binary, build/worker)")
 	return cmd
 }
@@ -158,16 +187,56 @@ func (o *ServeEngineOptions) validate() error {
 		return usageErrorf("--generation-config %q: serve-engine supports only vllm (send every sampling field)", o.GenerationCfg)
 	case o.Port < 0 || o.Port > 65535:
 		return usageErrorf("--port %d is not a port", o.Port)
-	case o.EnableLoRA && o.MaxLoRARank < 1:
-		return usageErrorf("--max-lora-rank %d must be at least 1", o.MaxLoRARank)
+	case !slices.Contains(loraRanks(), o.MaxLoRARank):
+		// vLLM's argparse refuses it whether or not --enable-lora is given.
+		return usageErrorf("--max-lora-rank %d: invalid choice (choose from %s)", o.MaxLoRARank, joinInts(loraRanks()))
 	case o.MaxBatch < 1:
 		return usageErrorf("--max-batch %d must be at least 1", o.MaxBatch)
 	case o.ToolCallFormat != "auto" && !slices.Contains(chat.ToolCallFormatNames(), o.ToolCallFormat):
 		return usageErrorf("--tool-call-format %q: want auto or one of %s", o.ToolCallFormat, strings.Join(chat.ToolCallFormatNames(), ", "))
 	case o.APIKey == "" && !vllm.IsLoopback(o.Host):
-		return usageErrorf("--host %s is reachable beyond this machine: give an API key (VLLM_API_KEY or --api-key) so the control routes are not open, or bind to 127.0.0.1", o.Host)
+		return usageErrorf("--host %s is reachable beyond this machine: give an API key (VLLM_API_KEY or --api-key) so /v1 is not open, or bind to 127.0.0.1 "+
+			"(as in vLLM, the key does not guard the dev routes)", o.Host)
+	}
+	if _, err := engineserver.LookupProfile(o.EmulateVLLM); err != nil {
+		return usageErrorf("--emulate-vllm: %v", err)
+	}
+	o.Faults = engineserver.Faults{}
+	for _, spec := range o.FaultSpecs {
+		if err := o.Faults.Set(spec); err != nil {
+			return usageErrorf("--fault %s: %v", spec, err)
+		}
 	}
 	return nil
+}
+
+// readEnv reads the variables vLLM reads: the API key (unless --api-key
+// gave one), dev mode and runtime LoRA updating.
+func (o *ServeEngineOptions) readEnv(getenv func(string) string) error {
+	so := engineserver.Options{APIKey: o.APIKey}
+	if err := so.ReadVLLMEnv(getenv); err != nil {
+		return usageErrorf("%v", err)
+	}
+	o.APIKey, o.DevMode, o.RuntimeLoRA = so.APIKey, so.DevMode, so.RuntimeLoRA
+	return nil
+}
+
+// loraRanks are the --max-lora-rank values vLLM accepts, read off
+// vllm.LoRARank (the one copy of that set): the ranks it maps to themselves.
+func loraRanks() []int {
+	var out []int
+	for r := 1; r <= 512; r = vllm.LoRARank(r + 1) {
+		out = append(out, r)
+	}
+	return out
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
 }
 
 func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
@@ -182,7 +251,8 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	}
 	defer backend.Close()
 	so := engineserver.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
-		EOSIDs: backend.EOSIDs(), VocabSize: backend.VocabSize(), LoRA: opts.EnableLoRA, APIKey: opts.APIKey, Logger: opts.Logger,
+		EOSIDs: backend.EOSIDs(), VocabSize: backend.VocabSize(), LoRA: opts.EnableLoRA, RuntimeLoRA: opts.RuntimeLoRA, DevMode: opts.DevMode,
+		APIKey: opts.APIKey, Version: opts.EmulateVLLM, Faults: opts.Faults, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}
 	if so.ModelName == "" {
 		so.ModelName = opts.Model
@@ -201,7 +271,8 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 	}
 	fmt.Fprintf(opts.IO.Out, "http://%s\n", l.Addr())
 	opts.Logger.Info().Str("url", "http://"+l.Addr().String()).Str("model", so.ModelName).Bool("lora", opts.EnableLoRA).
-		Bool("chat", so.TextChat != nil).Msg("Application startup complete.")
+		Bool("runtime_lora", opts.RuntimeLoRA).Bool("dev_mode", opts.DevMode).Str("vllm", opts.EmulateVLLM).
+		Strs("faults", opts.FaultSpecs).Bool("chat", so.TextChat != nil).Msg("Application startup complete.")
 	if err := engineserver.Run(ctx, l, srv); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/engineserver"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -39,11 +40,66 @@ func TestServeEngineFlags(t *testing.T) {
 	assert.Equal(t, 32, got.MaxLoRARank)
 	assert.Equal(t, "hermes", got.ToolCallFormat)
 
-	// The supervisor passes no tool-call flag: the format is detected.
+	// The supervisor passes no tool-call flag: the format is detected; by
+	// default it is the current vLLM, healthy, without dev routes.
+	deps.Getenv = func(string) string { return "" }
 	cmd = newServeEngineCmd(deps, func(_ context.Context, o *ServeEngineOptions) error { got = o; return nil })
 	cmd.SetArgs([]string{"/models/tiny"})
 	require.NoError(t, cmd.Execute())
 	assert.Equal(t, "auto", got.ToolCallFormat)
+	assert.Equal(t, engineserver.CurrentVLLM, got.EmulateVLLM)
+	assert.Equal(t, engineserver.Faults{}, got.Faults)
+	assert.False(t, got.DevMode)
+	assert.False(t, got.RuntimeLoRA)
+}
+
+// TestServeEngineEmulationFlags: the environment ortrain gives a replica
+// turns on dev mode and runtime LoRA as vLLM reads it; --emulate-vllm
+// and the repeatable --fault select a profile and faults.
+func TestServeEngineEmulationFlags(t *testing.T) {
+	tests := []struct {
+		env         map[string]string
+		args        string
+		dev, lora   bool
+		version     string
+		faults      engineserver.Faults
+		apiKeyInEnv bool
+	}{
+		{map[string]string{"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_API_KEY": "k"}, "m --enable-lora",
+			true, true, "0.33.0", engineserver.Faults{}, true},
+		{map[string]string{"VLLM_SERVER_DEV_MODE": "0", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}, "m",
+			false, true, "0.33.0", engineserver.Faults{}, false},
+		{nil, "m --emulate-vllm 0.14.0 --fault reload-noop --fault null-logprobs=0.5 --fault no-token-ids --fault slow-health=2s",
+			false, false, "0.14.0", engineserver.Faults{ReloadNoop: true, NullLogprobs: 0.5, NoTokenIDs: true, SlowHealth: 2 * time.Second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			deps := SystemDeps()
+			deps.IO, _, _ = TestIO()
+			deps.Getenv = func(k string) string { return tt.env[k] }
+			var got *ServeEngineOptions
+			cmd := newServeEngineCmd(deps, func(_ context.Context, o *ServeEngineOptions) error { got = o; return nil })
+			cmd.SetArgs(strings.Fields(tt.args))
+			require.NoError(t, cmd.Execute())
+			assert.Equal(t, tt.dev, got.DevMode)
+			assert.Equal(t, tt.lora, got.RuntimeLoRA)
+			assert.Equal(t, tt.version, got.EmulateVLLM)
+			assert.Equal(t, tt.faults, got.Faults)
+			assert.Equal(t, tt.apiKeyInEnv, got.APIKey == "k")
+		})
+	}
+}
+
+// TestServeEngineHelpListsFaultsAndVersions: every fault and profile is
+// documented in --help.
+func TestServeEngineHelpListsFaultsAndVersions(t *testing.T) {
+	code, out, errOut := execCLI(t, nil, "serve-engine", "--help")
+	require.Equal(t, ExitOK, code, errOut)
+	for _, name := range append(engineserver.FaultNames(), engineserver.Versions()...) {
+		assert.Contains(t, out, name)
+	}
+	assert.Contains(t, out, "VLLM_SERVER_DEV_MODE=1")
+	assert.Contains(t, out, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
 }
 
 func TestServeEngineUsageErrors(t *testing.T) {
@@ -52,6 +108,12 @@ func TestServeEngineUsageErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"serve-engine"}, "no model"},
+		{[]string{"serve-engine", "m", "--enable-lora", "--max-lora-rank", "7"}, "--max-lora-rank 7: invalid choice (choose from 1, 8, 16, 32, 64, 128, 256, 320, 512)"},
+		{[]string{"serve-engine", "m", "--max-lora-rank", "1024"}, "--max-lora-rank 1024: invalid choice (choose from 1, 8,"},
+		{[]string{"serve-engine", "m", "--emulate-vllm", "0.1.0"}, `--emulate-vllm: vLLM version "0.1.0" is not one serve-engine imitates: want one of 0.33.0, 0.14.0`},
+		{[]string{"serve-engine", "m", "--fault", "bogus"}, `--fault bogus: unknown fault "bogus": want one of reload-noop, null-logprobs, no-token-ids, slow-health`},
+		{[]string{"serve-engine", "m", "--fault", "null-logprobs"}, "fault null-logprobs needs a value: null-logprobs=FRACTION"},
+		{[]string{"serve-engine", "m", "--fault", "slow-health=soon"}, `want a duration such as 3s, got "soon"`},
 		{[]string{"serve-engine", "a", "--model", "b"}, "the model is given twice"},
 		{[]string{"serve-engine", "m", "--logprobs-mode", "raw_logprobs"}, "processed_logprobs only"},
 		{[]string{"serve-engine", "m", "--generation-config", "auto"}, "supports only vllm"},
@@ -67,6 +129,10 @@ func TestServeEngineUsageErrors(t *testing.T) {
 			assert.Contains(t, errOut, tt.msg)
 		})
 	}
+	// vLLM reads the variable with int(): "true" stops it too.
+	code, _, errOut := execCLI(t, map[string]string{"VLLM_SERVER_DEV_MODE": "true"}, "serve-engine", "m")
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, `VLLM_SERVER_DEV_MODE="true": want an integer`)
 }
 
 // TestServeEngineCommand serves the tiny model through the real worker:
@@ -86,6 +152,12 @@ func TestServeEngineCommand(t *testing.T) {
 	require.NoError(t, model.InitOverwrite(dir, p, 1))
 
 	deps := SystemDeps()
+	deps.Getenv = func(k string) string {
+		if k == "VLLM_SERVER_DEV_MODE" {
+			return "1" // as ortrain launches a replica: the probe needs the dev routes
+		}
+		return os.Getenv(k)
+	}
 	outR, outW := io.Pipe()
 	deps.IO = &IOStreams{In: &bytes.Buffer{}, Out: outW, ErrOut: &lockedBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -345,11 +345,6 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request, model stri
 // forgetGateway drops an unloaded adapter's gateway (s.mu held).
 func (s *Server) forgetGateway(model string) { delete(s.gateways, model) }
 
-// isOpenAIRoute: the routes whose errors, 401 included, are OpenAI's JSON.
-func isOpenAIRoute(path string) bool {
-	return path == "/v1/chat/completions" || path == "/v1/completions"
-}
-
 // apiError is an OpenAI error reply: {"error": {"message", "type", "param",
 // "code"}}, which the openai clients parse.
 type apiError struct {

@@ -2,9 +2,11 @@
 // subset of vLLM's API ortrain uses, over a Backend that samples batches;
 // WorkerBackend is that backend over the libtorch worker, with LoRA adapters
 // swapped through one slot. It lets the vLLM engine path run and be tested
-// without vLLM. With the model's tokenizer (Options.TextChat) it also
-// serves OpenAI's text and chat completions, tools and streaming included,
-// through package gateway, so any OpenAI client can talk to it.
+// without vLLM, answering as a chosen vLLM version does (profile.go) and,
+// on demand, as a broken one would (faults.go). With the model's tokenizer
+// (Options.TextChat) it also serves OpenAI's text and chat completions,
+// tools and streaming included, through package gateway, so any OpenAI
+// client can talk to it.
 package engineserver
 
 import (
@@ -55,12 +57,26 @@ type Options struct {
 	// prompt naming an id outside it is refused with 400 before it reaches
 	// the backend, which would fail the whole batch. 0: not checked.
 	VocabSize int
-	// LoRA registers the adapter routes, as vLLM does only with
-	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
+	// LoRA is --enable-lora: adapters can be served. Their routes
+	// (/v1/load_lora_adapter, /v1/unload_lora_adapter) also need
+	// RuntimeLoRA, as in vLLM.
 	LoRA bool
-	// APIKey, when set, is required as a Bearer token on every route but
-	// GET /health (vLLM's --api-key in the versions that guard all routes).
+	// RuntimeLoRA is vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING=1.
+	RuntimeLoRA bool
+	// DevMode is vLLM's VLLM_SERVER_DEV_MODE=1: it attaches /pause,
+	// /resume, /is_paused, /collective_rpc and /reset_prefix_cache (the
+	// Profile says which of them need it).
+	DevMode bool
+	// APIKey, when set, is required as a Bearer token on the paths the
+	// Profile guards (/v1 and the like); every other route answers
+	// without it, as in vLLM.
 	APIKey string
+	// Version is the vLLM version imitated (a row of the profile table,
+	// profile.go); "" is CurrentVLLM. NewServer panics on a version not in
+	// the table: check it with LookupProfile first.
+	Version string
+	// Faults make the server misbehave on purpose (tests only).
+	Faults Faults
 	// Batch shapes request batching (MaxBatch, Linger, Timeout).
 	Batch engine.BuiltinOptions
 	// TextChat, when set, serves /v1/chat/completions and text prompts on
@@ -71,9 +87,10 @@ type Options struct {
 }
 
 // Server serves the HTTP subset of vLLM that ortrain uses, with vLLM's JSON
-// shapes: /health, /v1/models, /v1/completions (token ids in and out,
-// sampler log-probs), /pause, /resume, /is_paused, /collective_rpc
-// reload_weights, /reset_prefix_cache and the LoRA adapter routes; and,
+// shapes: /health, /version, /v1/models, /v1/completions (token ids in and
+// out, sampler log-probs), the dev routes /pause, /resume, /is_paused,
+// /collective_rpc reload_weights and /reset_prefix_cache, and the LoRA
+// adapter routes (control.go), each where the imitated vLLM has it; and,
 // with Options.TextChat, OpenAI's /v1/chat/completions and text prompts on
 // /v1/completions (openai.go). Concurrent completions of every kind are
 // batched per adapter by an engine.Builtin.
@@ -82,39 +99,35 @@ type Server struct {
 	opts    Options
 	mux     *http.ServeMux
 	gate    *vllm.PauseGate
+	profile Profile
 
-	mu       sync.Mutex
-	adapters map[string]string // name -> path
-	batchers map[string]*engine.Builtin
-	gateways map[string]*gateway.Gateway // served model name -> its OpenAI API
+	mu          sync.Mutex
+	weightsPath string            // what reload_weights without weights_path reads
+	adapters    map[string]string // name -> path
+	batchers    map[string]*engine.Builtin
+	gateways    map[string]*gateway.Gateway // served model name -> its OpenAI API
 }
 
-// NewServer builds the server; Close stops its batchers.
+// NewServer builds the server; Close stops its batchers. It panics on an
+// Options.Version that LookupProfile refuses (a caller's bug).
 func NewServer(b Backend, opts Options) *Server {
+	profile, err := LookupProfile(opts.Version)
+	if err != nil {
+		panic("engineserver.NewServer: " + err.Error())
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: vllm.NewPauseGate(),
+	s := &Server{backend: b, opts: opts, mux: http.NewServeMux(), gate: vllm.NewPauseGate(), profile: profile, weightsPath: opts.ModelRoot,
 		adapters: map[string]string{}, batchers: map[string]*engine.Builtin{}, gateways: map[string]*gateway.Gateway{}}
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": profile.Version})
+	})
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletionsDispatch)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	s.mux.HandleFunc("POST /pause", s.handlePause)
-	s.mux.HandleFunc("POST /resume", s.handleResume)
-	s.mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, vllm.IsPausedResponse{IsPaused: s.gate.Paused()})
-	})
-	s.mux.HandleFunc("POST /collective_rpc", s.handleCollectiveRPC)
-	s.mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
-		// The builtin engine keeps no KV cache across requests: nothing
-		// computed with old weights survives a reload.
-		w.WriteHeader(http.StatusOK)
-	})
-	if opts.LoRA {
-		s.mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
-		s.mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
-	}
+	s.controlRoutes()
 	return s
 }
 
@@ -122,13 +135,8 @@ func NewServer(b Backend, opts Options) *Server {
 // framework does.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(r) {
-		if isOpenAIRoute(r.URL.Path) {
-			// OpenAI clients read {"error": {...}}; vLLM's bare string
-			// would reach their users as an unparsed body.
-			writeOpenAIError(w, &apiError{status: http.StatusUnauthorized, code: "invalid_api_key",
-				message: "Incorrect API key provided: send the server's API key as 'Authorization: Bearer <key>'."})
-			return
-		}
+		// vLLM's AuthenticationMiddleware answers before routing, with
+		// this body on every guarded path (OpenAI routes included).
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
 		return
 	}
@@ -139,14 +147,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// authorized: no key is set, the route is the health check, or the request
-// carries the key as a Bearer token (compared in constant time).
+// authorized: no key is set, the path is one vLLM leaves unguarded (all but
+// the Profile's prefixes; OPTIONS always), or the request carries the key
+// as a Bearer token (scheme in any case, as vLLM's verify_token; compared
+// in constant time).
 func (s *Server) authorized(r *http.Request) bool {
-	if s.opts.APIKey == "" || (r.Method == http.MethodGet && r.URL.Path == "/health") {
+	if s.opts.APIKey == "" || r.Method == http.MethodOptions || !s.profile.guards(r.URL.Path) {
 		return true
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.APIKey)) == 1
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.EqualFold(scheme, "bearer") && subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.APIKey)) == 1
 }
 
 // Close stops the batchers; in-flight requests fail with engine.ErrClosed.
@@ -314,20 +324,26 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return // the client went away while we were paused
 	}
 	defer leave()
-	results, aborted, err := s.sampleAll(ctx, batcher, prompts, base, n, body.Seed)
+	samples, err := s.sampleAll(ctx, batcher, prompts, base, n, body.Seed)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, s.response(&body, prompts, n, results, aborted))
+	writeJSON(w, http.StatusOK, s.response(&body, prompts, n, samples))
+}
+
+// sample is one choice's result, with the seed it was drawn with.
+type sample struct {
+	engine.Result
+	seed    int64
+	aborted bool // ended by an abort-mode pause
 }
 
 // sampleAll generates n samples per prompt concurrently (the batcher merges
 // them). Sample j of a request with seed S uses seed S+j.
-func (s *Server) sampleAll(ctx context.Context, b *engine.Builtin, prompts [][]int32, base engine.Request, n int, seed *int64) ([]engine.Result, []bool, error) {
+func (s *Server) sampleAll(ctx context.Context, b *engine.Builtin, prompts [][]int32, base engine.Request, n int, seed *int64) ([]sample, error) {
 	total := len(prompts) * n
-	results := make([]engine.Result, total)
-	aborted := make([]bool, total)
+	samples := make([]sample, total)
 	errs := make([]error, total)
 	var wg sync.WaitGroup
 	for i := range total {
@@ -338,17 +354,18 @@ func (s *Server) sampleAll(ctx context.Context, b *engine.Builtin, prompts [][]i
 		} else {
 			req.Seed = randomSeed()
 		}
+		samples[i].seed = req.Seed
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = b.Generate(ctx, req)
+			samples[i].Result, errs[i] = b.Generate(ctx, req)
 			if errs[i] != nil && ctx.Err() != nil && s.gate.Aborting() {
-				aborted[i], errs[i] = true, nil
+				samples[i].aborted, errs[i] = true, nil
 			}
 		}()
 	}
 	wg.Wait()
-	return results, aborted, errors.Join(errs...)
+	return samples, errors.Join(errs...)
 }
 
 func randomSeed() int64 {
@@ -364,18 +381,18 @@ func randomSeed() int64 {
 	return v
 }
 
-func (s *Server) response(body *completionBody, prompts [][]int32, n int, results []engine.Result, aborted []bool) vllm.CompletionResponse {
+func (s *Server) response(body *completionBody, prompts [][]int32, n int, samples []sample) vllm.CompletionResponse {
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])
 	resp := vllm.CompletionResponse{ID: "cmpl-" + hex.EncodeToString(idb[:]), Object: "text_completion", Created: s.opts.Now().Unix(), Model: body.Model}
 	for _, p := range prompts {
 		resp.Usage.PromptTokens += len(p)
 	}
-	for i, res := range results {
+	for i, res := range samples {
 		c := vllm.Choice{Index: i, Text: s.backend.Detokenize(res.IDs), StopReason: json.RawMessage("null"), PromptLogprobs: json.RawMessage("null")}
 		finish := vllm.FinishLength
 		switch {
-		case aborted[i]:
+		case res.aborted:
 			finish = vllm.FinishAbort
 		case res.StopReason == engine.StopToken && len(res.IDs) > 0:
 			finish = vllm.FinishStop
@@ -384,7 +401,7 @@ func (s *Server) response(body *completionBody, prompts [][]int32, n int, result
 			}
 		}
 		c.FinishReason = &finish
-		if body.ReturnTokenIDs {
+		if body.ReturnTokenIDs && !s.opts.Faults.NoTokenIDs {
 			c.TokenIDs = append([]int32{}, res.IDs...)
 			c.PromptTokenIDs = prompts[i/n]
 		}
@@ -407,7 +424,10 @@ func isEOS(id int32, eos []int32) bool {
 	return false
 }
 
-func (s *Server) logprobs(res engine.Result, asIDs bool) *vllm.ChoiceLogprobs {
+// logprobs are a sample's log-probs in vLLM's completion shape; an entry
+// the null-logprobs fault blanks is null, with a null top_logprobs entry,
+// as vLLM writes a step that has no log-probs.
+func (s *Server) logprobs(res sample, asIDs bool) *vllm.ChoiceLogprobs {
 	lp := &vllm.ChoiceLogprobs{TextOffset: []int{}, TokenLogprobs: []*float64{}, Tokens: []string{}, TopLogprobs: []map[string]float64{}}
 	off := 0
 	for i, id := range res.IDs {
@@ -417,9 +437,14 @@ func (s *Server) logprobs(res engine.Result, asIDs bool) *vllm.ChoiceLogprobs {
 		}
 		v := float64(res.Logprobs[i])
 		lp.TextOffset = append(lp.TextOffset, off)
-		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
 		lp.Tokens = append(lp.Tokens, tok)
-		lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{tok: v})
+		if s.opts.Faults.nullLogprob(res.seed, i) {
+			lp.TokenLogprobs = append(lp.TokenLogprobs, nil)
+			lp.TopLogprobs = append(lp.TopLogprobs, nil)
+		} else {
+			lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
+			lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{tok: v})
+		}
 		off += len(tok)
 	}
 	return lp
@@ -440,7 +465,11 @@ func (s *Server) batcher(model string) (*engine.Builtin, error) {
 	if b, ok := s.batchers[adapter]; ok {
 		return b, nil
 	}
-	b := engine.NewBuiltin(adapterSampler{s.backend, adapter}, s.opts.Batch)
+	sampled := adapter
+	if s.opts.Faults.ReloadNoop {
+		sampled = "" // no adapter was ever loaded: the base weights answer
+	}
+	b := engine.NewBuiltin(adapterSampler{s.backend, sampled}, s.opts.Batch)
 	s.batchers[adapter] = b
 	return b, nil
 }
@@ -452,106 +481,6 @@ type adapterSampler struct {
 
 func (a adapterSampler) SampleBatch(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
 	return a.backend.SampleBatch(ctx, a.adapter, reqs)
-}
-
-func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	mode := r.URL.Query().Get("mode")
-	if mode == "" {
-		mode = vllm.PauseAbort
-	}
-	if mode != vllm.PauseAbort && mode != vllm.PauseWait && mode != vllm.PauseKeep {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("mode %q: want abort, wait or keep", mode))
-		return
-	}
-	if err := s.gate.Pause(r.Context(), mode); err != nil {
-		writeError(w, http.StatusInternalServerError, "pause: "+err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "paused"})
-}
-
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	s.gate.Resume()
-	writeJSON(w, http.StatusOK, vllm.PauseResponse{Status: "resumed"})
-}
-
-func (s *Server) handleCollectiveRPC(w http.ResponseWriter, r *http.Request) {
-	var req vllm.CollectiveRPCRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return
-	}
-	if req.Method != "reload_weights" {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("method %q: serve-engine implements only reload_weights", req.Method))
-		return
-	}
-	dir := s.opts.ModelRoot
-	if p, ok := req.Kwargs["weights_path"].(string); ok && p != "" {
-		dir = p
-	}
-	ctx := r.Context()
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout*float64(time.Second)))
-		defer cancel()
-	}
-	start := time.Now()
-	if err := s.backend.ReloadWeights(ctx, dir); err != nil {
-		writeError(w, http.StatusInternalServerError, "reload_weights: "+err.Error())
-		return
-	}
-	s.opts.Logger.Info().Str("dir", dir).Dur("took", time.Since(start)).Msg("reloaded weights")
-	writeJSON(w, http.StatusOK, vllm.CollectiveRPCResponse{Results: []json.RawMessage{json.RawMessage("null")}})
-}
-
-func (s *Server) handleLoadLoRA(w http.ResponseWriter, r *http.Request) {
-	var req vllm.LoadLoRARequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.LoRAName == "" || req.LoRAPath == "" {
-		writeError(w, http.StatusBadRequest, "Both 'lora_name' and 'lora_path' must be provided.")
-		return
-	}
-	s.mu.Lock()
-	_, exists := s.adapters[req.LoRAName]
-	s.mu.Unlock()
-	if exists && !req.LoadInplace {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("The lora adapter '%s' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.", req.LoRAName))
-		return
-	}
-	if err := s.backend.LoadAdapter(r.Context(), req.LoRAName, req.LoRAPath); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	s.mu.Lock()
-	s.adapters[req.LoRAName] = req.LoRAPath
-	s.mu.Unlock()
-	writeText(w, fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoRAName))
-}
-
-func (s *Server) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
-	var req vllm.UnloadLoRARequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.LoRAName == "" {
-		writeError(w, http.StatusBadRequest, "'lora_name' must be provided.")
-		return
-	}
-	s.mu.Lock()
-	_, ok := s.adapters[req.LoRAName]
-	delete(s.adapters, req.LoRAName)
-	b := s.batchers[req.LoRAName]
-	delete(s.batchers, req.LoRAName)
-	s.forgetGateway(req.LoRAName)
-	s.mu.Unlock()
-	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoRAName))
-		return
-	}
-	if b != nil {
-		b.Close()
-	}
-	if err := s.backend.UnloadAdapter(r.Context(), req.LoRAName); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeText(w, fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoRAName))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

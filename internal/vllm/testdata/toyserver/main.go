@@ -1,8 +1,9 @@
 // Command toyserver is a child process for the supervisor's tests where the
 // libtorch worker is not built: the real serve-engine HTTP layer
 // (engineserver.Server) over a tiny pure-Go sampler. It accepts the vllm serve
-// command line the supervisor builds (MODEL --host H --port P ...), ignoring
-// flags it does not need, and exits on SIGTERM.
+// command line the supervisor builds (MODEL --host H --port P ...) and the
+// environment it sets (VLLM_SERVER_DEV_MODE, VLLM_ALLOW_RUNTIME_LORA_UPDATING,
+// VLLM_API_KEY), ignoring flags it does not need, and exits on SIGTERM.
 package main
 
 import (
@@ -60,20 +61,17 @@ func (uniformSampler) UnloadAdapter(ctx context.Context, name string) error    {
 func (uniformSampler) Detokenize(ids []int32) string                           { return fmt.Sprint(ids) }
 
 func main() {
-	args := os.Args[1:]
-	model, host, port := "", "127.0.0.1", "8000"
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "--host" && i+1 < len(args):
-			host, i = args[i+1], i+1
-		case a == "--port" && i+1 < len(args):
-			port, i = args[i+1], i+1
-		case model == "" && len(a) > 0 && a[0] != '-':
-			model = a
-		}
+	opts := engineserver.Options{MaxModelLen: 1024, Batch: engine.BuiltinOptions{MaxBatch: 16}}
+	host, port, err := parseArgs(os.Args[1:], &opts)
+	if err == nil {
+		// The supervisor's launch environment: dev mode, runtime LoRA, key.
+		err = opts.ReadVLLMEnv(os.Getenv)
 	}
-	srv := engineserver.NewServer(uniformSampler{}, engineserver.Options{ModelName: model, ModelRoot: model, MaxModelLen: 1024,
-		Batch: engine.BuiltinOptions{MaxBatch: 16}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(2)
+	}
+	srv := engineserver.NewServer(uniformSampler{}, opts)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error: listen:", err)
@@ -86,4 +84,40 @@ func main() {
 	go hs.Serve(l)
 	<-ctx.Done()
 	hs.Close()
+}
+
+// parseArgs reads MODEL, --host, --port, --enable-lora and serve-engine's
+// --emulate-vllm and --fault (through ExtraArgs); other flags are ignored.
+func parseArgs(args []string, opts *engineserver.Options) (host, port string, err error) {
+	host, port = "127.0.0.1", "8000"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		value := func() string {
+			if i+1 < len(args) {
+				i++
+				return args[i]
+			}
+			return ""
+		}
+		switch {
+		case a == "--host":
+			host = value()
+		case a == "--port":
+			port = value()
+		case a == "--enable-lora":
+			opts.LoRA = true
+		case a == "--emulate-vllm":
+			opts.Version = value()
+			if _, err := engineserver.LookupProfile(opts.Version); err != nil {
+				return "", "", err
+			}
+		case a == "--fault":
+			if err := opts.Faults.Set(value()); err != nil {
+				return "", "", err
+			}
+		case opts.ModelName == "" && len(a) > 0 && a[0] != '-':
+			opts.ModelName, opts.ModelRoot = a, a
+		}
+	}
+	return host, port, nil
 }
