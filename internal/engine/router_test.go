@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,7 @@ func startKeyedReplicas(t *testing.T, n int, apiKey string, log *sessionLog) []*
 		backend := servetest.NewBackend(0.3)
 		backend.Delay = 5 * time.Millisecond
 		srv := engineserver.NewServer(backend, engineserver.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, APIKey: apiKey,
-			Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
+			DevMode: true, Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
 		r := &keyedReplica{backend: backend}
 		r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if req.URL.Path == "/v1/completions" {
@@ -162,7 +163,7 @@ func TestRouterSyncReachesEveryReplica(t *testing.T) {
 	require.NoError(t, v.SyncWeights(context.Background(), 1))
 	st := v.LastSync()
 	for i, r := range rs {
-		assert.Equal(t, []string{st.Dir}, r.backend.Reloads(), "replica %d reloaded", i)
+		assert.Equal(t, []string{filepath.Join(v.SyncDir(), "policy-v0"), st.Dir}, r.backend.Reloads(), "replica %d reloaded at start and at step 1", i)
 	}
 	playSessions(t, v, 12, 1, nil)
 	for i, r := range rs {
@@ -191,9 +192,11 @@ func TestVLLMSendsAPIKey(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusUnauthorized, se.Code)
 
+	// As in vLLM, the key guards /v1 only: the dev routes answer without
+	// it, and OpenRoutes (harmless probes) says so.
 	c, err := vllm.NewClient(rs[0].URL(), nil)
 	require.NoError(t, err)
-	guarded, err := c.Guarded(context.Background())
+	open, err := vllm.OpenRoutes(context.Background(), c)
 	require.NoError(t, err)
-	assert.True(t, guarded)
+	assert.ElementsMatch(t, []string{"/is_paused", "/pause", "/resume", "/collective_rpc", "/reset_prefix_cache"}, open)
 }

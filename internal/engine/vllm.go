@@ -43,6 +43,10 @@ type SyncStats struct {
 	Dir      string
 	Model    string // the name requests use now (base model or adapter)
 	Duration time.Duration
+	// ProbeDiff is the largest mean |Δ log p| of the sync probe between a
+	// server and the trainer (Probed: the push was verified).
+	ProbeDiff float64
+	Probed    bool
 }
 
 // VLLMOptions describe one vLLM setup: which servers generate (endpoints
@@ -91,6 +95,9 @@ type VLLMOptions struct {
 	APIKey string
 	// Router shapes session affinity and failover.
 	Router RouterOptions
+	// Check verifies every push against the trainer's log-probs (nil: not
+	// verified; followers never verify, the leader does).
+	Check  *SyncCheck
 	Logger zerolog.Logger
 }
 
@@ -114,6 +121,12 @@ type VLLM struct {
 	version int
 	latest  string // newest exported directory ("" until the first sync)
 	adapter string // the adapter requests use now (SyncLoRA)
+
+	// noise is the largest mean |Δ log p| between a server and the trainer
+	// holding the same (initial) weights; serverVersions are the servers'
+	// /version answers by URL, for messages.
+	noise          float64
+	serverVersions map[string]string
 
 	mu    sync.Mutex
 	model string
@@ -150,6 +163,10 @@ func NewVLLM(ctx context.Context, opts VLLMOptions) (*VLLM, error) {
 		}
 	}
 	if err := v.probe(ctx); err != nil {
+		v.Close()
+		return nil, err
+	}
+	if err := v.firstPush(ctx); err != nil {
 		v.Close()
 		return nil, err
 	}
@@ -198,7 +215,7 @@ func newVLLM(opts VLLMOptions) (*VLLM, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	}
-	return &VLLM{opts: opts, gate: vllm.NewPauseGate()}, nil
+	return &VLLM{opts: opts, gate: vllm.NewPauseGate(), serverVersions: map[string]string{}}, nil
 }
 
 // URLs are the base URLs of the replicas this backend uses.
@@ -242,6 +259,12 @@ func (v *VLLM) probe(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if ver, err := c.Version(ctx); err == nil {
+			v.serverVersions[ep.URL()] = ver
+		}
+		if _, shared := ep.(vllm.StaticEndpoint); shared {
+			v.warnShared(ctx, c)
+		}
 		v.mu.Lock()
 		if v.model == "" {
 			v.model = card.ID
@@ -252,6 +275,24 @@ func (v *VLLM) probe(ctx context.Context) error {
 		v.mu.Unlock()
 	}
 	return nil
+}
+
+// warnShared says what a server ortrain did not start exposes or does
+// differently, once at start: the control routes vLLM serves without its
+// API key, and a pause that aborts other clients' requests.
+func (v *VLLM) warnShared(ctx context.Context, c *vllm.Client) {
+	ver := v.serverVersions[c.URL()]
+	if open, err := vllm.OpenRoutes(ctx, c); err == nil && len(open) > 0 {
+		v.opts.Logger.Warn().Str("url", c.URL()).Str("vllm", ver).Strs("open_routes", open).
+			Msg("this server answers its control routes without the API key (vLLM's --api-key guards only /v1 and a few other prefixes): " +
+				"anyone who reaches it can pause it or call any worker method; keep it on a private network, or let ortrain launch it " +
+				"(beyond loopback ortrain puts a proxy that requires the key on every route in front)")
+	}
+	if v.opts.SyncMode == SyncFull && vllm.PauseIgnoresMode(ver) {
+		v.opts.Logger.Warn().Str("url", c.URL()).Str("vllm", ver).
+			Msg("this vLLM has no /pause?mode=: every weight sync pauses with abort, so other clients of this server lose their requests in flight " +
+				"(ortrain drains its own first); use a newer vLLM if the server is shared")
+	}
 }
 
 // Model is the name requests are sent under (the base model or policy-vN).
@@ -408,12 +449,24 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	if err != nil {
 		return fmt.Errorf("sync weights for step %d (version %d, %s): %w", step, version, dir, err)
 	}
+	st := SyncStats{Step: step, Version: version, Dir: dir, Model: model}
+	if v.opts.Check != nil {
+		diff, err := v.verifyPush(ctx, step, version, model)
+		if err != nil {
+			return fmt.Errorf("sync weights for step %d: %w", step, err)
+		}
+		st.ProbeDiff, st.Probed = diff, true
+	}
 	v.prune(version)
-	st := SyncStats{Step: step, Version: version, Dir: dir, Model: model, Duration: time.Since(start)}
+	st.Duration = time.Since(start)
 	v.mu.Lock()
 	v.model, v.stats = model, st
 	v.mu.Unlock()
-	v.opts.Logger.Info().Int("step", step).Int("version", version).Str("model", model).Dur("took", st.Duration).Msg("synced weights to vLLM")
+	ev := v.opts.Logger.Info().Int("step", step).Int("version", version).Str("model", model).Dur("took", st.Duration)
+	if st.Probed {
+		ev = ev.Float64("probe_logp_difference", st.ProbeDiff)
+	}
+	ev.Msg("synced weights to vLLM")
 	return nil
 }
 

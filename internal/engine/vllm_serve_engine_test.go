@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
@@ -109,6 +112,12 @@ func assertSameSamples(t *testing.T, v *VLLM, ref Generator, what string) []Resu
 
 func launchServeEngine(t *testing.T, bin, libPath, modelDir string, replicas int, lora *vllm.LoRALaunch, mode SyncMode, export WeightExporter) *VLLM {
 	t.Helper()
+	return launchServeEngineChecked(t, bin, libPath, modelDir, replicas, lora, mode, export, nil)
+}
+
+// launchServeEngineChecked is launchServeEngine with pushes verified by check.
+func launchServeEngineChecked(t *testing.T, bin, libPath, modelDir string, replicas int, lora *vllm.LoRALaunch, mode SyncMode, export WeightExporter, check *SyncCheck) *VLLM {
+	t.Helper()
 	logger := zerolog.New(zerolog.NewTestWriter(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -116,7 +125,7 @@ func launchServeEngine(t *testing.T, bin, libPath, modelDir string, replicas int
 		Launch: vllm.LaunchConfig{Command: []string{bin, "serve-engine", "--threads", "1"}, Model: modelDir, LoRA: lora,
 			Environ: []string{"PATH=" + os.Getenv("PATH"), "ORTRAIN_WORKER_LIB=" + libPath}},
 		GPUs: vllm.GPUPlan{Replicas: replicas}, LogDir: t.TempDir(), StartupTimeout: time.Minute, MaxRestarts: 3, StopGrace: 5 * time.Second,
-		SyncMode: mode, SyncDir: t.TempDir(), Export: export, Timeout: time.Minute,
+		SyncMode: mode, SyncDir: t.TempDir(), Export: export, Timeout: time.Minute, Check: check,
 		RetryBase: 20 * time.Millisecond, RetryCap: 200 * time.Millisecond, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -140,14 +149,33 @@ func launchServeEngine(t *testing.T, bin, libPath, modelDir string, replicas int
 func TestServeEngineFullSync(t *testing.T) {
 	bin, lib, libPath := workerEnv(t)
 	dir1, dir2 := tinyModel(t, 1), tinyModel(t, 2)
+	initial := loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir1}) // the trainer at the start
 	trainer := loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir2}) // holds the "new" weights
 	hold := make(chan struct{})
 	var holdOnce sync.Once
+	var exports atomic.Int32
+	current := func() *worker.Model {
+		if exports.Load() <= 1 {
+			return initial
+		}
+		return trainer
+	}
 	export := func(ctx context.Context, dir string) error {
+		if exports.Add(1) == 1 {
+			return initial.SaveHF(ctx, dir) // the push at start
+		}
 		<-hold
 		return trainer.SaveHF(ctx, dir)
 	}
-	v := launchServeEngine(t, bin, libPath, dir1, 2, nil, SyncFull, export)
+	check := &SyncCheck{Prompt: []int32{10, 20, 30}, Tokens: 8, Score: func(ctx context.Context, prompt, completion []int32) ([]float32, error) {
+		row := grpo.Row{Tokens: append(append([]int32{}, prompt...), completion...), PromptLen: len(prompt), LossMask: make([]uint8, len(completion))}
+		lp, _, err := current().Logprobs(ctx, []grpo.Row{row}, 1, false)
+		if err != nil {
+			return nil, err
+		}
+		return lp[0], nil
+	}}
+	v := launchServeEngineChecked(t, bin, libPath, dir1, 2, nil, SyncFull, export, check)
 	t.Cleanup(func() { holdOnce.Do(func() { close(hold) }) })
 
 	ref1 := NewBuiltin(WorkerSampler{Model: loadWorkerModel(t, lib, worker.ModelOptions{Dir: dir1})}, BuiltinOptions{MaxBatch: 1})
@@ -176,6 +204,8 @@ func TestServeEngineFullSync(t *testing.T) {
 	after := assertSameSamples(t, v, ref2, "after full sync")
 	assert.NotEqual(t, before[0].Logprobs, after[0].Logprobs, "log-probs changed with the weights")
 	assert.Greater(t, v.LastSync().Duration, time.Duration(0))
+	assert.True(t, v.LastSync().Probed, "the push was verified on every replica")
+	assert.Less(t, v.LastSync().ProbeDiff, 1e-4, "the replicas serve the trainer's weights")
 
 	// kill -9 replica 0 while requests flow: none fails, and the restarted
 	// replica serves the synced weights (pushed by the restart hook).
@@ -303,8 +333,9 @@ func BenchmarkServeEngineFullSync(b *testing.B) {
 }
 
 // TestServeEngineBeyondLoopbackNeedsKey: a replica bound to 0.0.0.0 is
-// refused without an API key; with one it is launched, guards its control
-// routes (checked at startup), and serves the trainer, which sends the key.
+// refused without an API key; with one, the stand-in (strict as vLLM: its
+// key guards /v1 only) listens on loopback behind ortrain's guard, which
+// requires the key on every route, and serves the trainer over loopback.
 func TestServeEngineBeyondLoopbackNeedsKey(t *testing.T) {
 	bin, lib, libPath := workerEnv(t)
 	dir := tinyModel(t, 1)
@@ -335,4 +366,18 @@ func TestServeEngineBeyondLoopbackNeedsKey(t *testing.T) {
 	assert.Equal(t, 401, se.Code)
 	_, err = c.WithAPIKey("replica-key").Models(ctx)
 	assert.NoError(t, err)
+
+	// What the network sees is the guard: every route needs the key, the
+	// control routes included, which the stand-in itself (as vLLM) leaves open.
+	public, err := url.Parse(v.Supervisor().PublicURLs()[0])
+	require.NoError(t, err)
+	require.NotEqual(t, v.Supervisor().URLs()[0], public.String())
+	// A 0.0.0.0 bind is named by the hostname; reach it over loopback.
+	pc, err := vllm.NewClient("http://127.0.0.1:"+public.Port(), nil)
+	require.NoError(t, err)
+	open, err := vllm.OpenRoutes(ctx, pc)
+	require.NoError(t, err)
+	assert.Empty(t, open, "the guard leaves no control route open")
+	_, err = pc.WithAPIKey("replica-key").IsPaused(ctx)
+	assert.NoError(t, err, "with the key the guard forwards")
 }

@@ -45,7 +45,8 @@ func (f *flakyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // toyReplica is an in-process serve-engine over the toy backend, behind a
-// handler that can inject 500s, with a switchable readiness.
+// handler that can inject 500s, with a switchable readiness. It runs as
+// ortrain launches replicas: dev mode on, runtime LoRA updating with LoRA.
 type toyReplica struct {
 	*httptest.Server
 	backend *servetest.Backend
@@ -59,7 +60,7 @@ func (r *toyReplica) Ready() bool { return r.ready.Load() }
 func startToyReplica(t testing.TB, slope float64, lora bool) *toyReplica {
 	backend := servetest.NewBackend(slope)
 	srv := engineserver.NewServer(backend, engineserver.Options{ModelName: "toy", ModelRoot: "/models/toy", MaxModelLen: 256, LoRA: lora,
-		Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
+		RuntimeLoRA: lora, DevMode: true, Batch: engine.BuiltinOptions{MaxBatch: 16, Linger: time.Millisecond}})
 	r := &toyReplica{backend: backend, flaky: &flakyHandler{next: srv}}
 	r.Server = httptest.NewServer(r.flaky)
 	r.ready.Store(true)
@@ -148,14 +149,16 @@ func TestVLLMRetries(t *testing.T) {
 }
 
 // exportSlope returns an exporter that writes weights.json with the slope
-// of the next version: 1.0, 2.0, ...; it can be held to keep a sync busy.
+// of the version: 0 for the push at start (the trainer's initial weights,
+// which the replicas already hold), then 1.0, 2.0, ...; a sync (not the
+// push at start) can be held to keep it busy.
 func exportSlope(hold chan struct{}) (engine.WeightExporter, *atomic.Int64) {
 	var n atomic.Int64
 	return func(ctx context.Context, dir string) error {
-		if hold != nil {
+		k := n.Add(1) - 1
+		if hold != nil && k > 0 {
 			<-hold
 		}
-		k := n.Add(1)
 		b, _ := json.Marshal(servetest.Weights{Slope: float64(k)})
 		return os.WriteFile(filepath.Join(dir, "weights.json"), b, 0o644)
 	}, &n
@@ -204,7 +207,7 @@ func TestVLLMSyncFull(t *testing.T) {
 	assert.Equal(t, "toy", st.Model)
 	assert.Greater(t, st.Duration, 100*time.Millisecond)
 	for _, r := range []*toyReplica{r0, r1} {
-		assert.Equal(t, []string{st.Dir}, r.backend.Reloads())
+		assert.Equal(t, []string{filepath.Join(v.SyncDir(), "policy-v0"), st.Dir}, r.backend.Reloads(), "the push at start, then step 1's")
 		paused, err := vllmClient(t, r.URL()).IsPaused(context.Background())
 		require.NoError(t, err)
 		assert.False(t, paused, "replicas are resumed")
@@ -272,12 +275,16 @@ func TestVLLMRestartHookPushesNewestWeights(t *testing.T) {
 		export, _ := exportSlope(nil)
 		v := newTestVLLM(t, mode, export, r0)
 		fresh := startToyReplica(t, 0, mode == engine.SyncLoRA)
-		require.NoError(t, v.AfterStart(context.Background(), 0, vllmClient(t, fresh.URL())), "nothing to push before the first sync")
-		assert.Empty(t, fresh.backend.Reloads())
+		require.NoError(t, v.AfterStart(context.Background(), 0, vllmClient(t, fresh.URL())), "before the first sync: the weights pushed at start")
+		if mode == engine.SyncFull {
+			assert.Equal(t, []string{filepath.Join(v.SyncDir(), "policy-v0")}, fresh.backend.Reloads())
+		} else {
+			assert.Contains(t, fresh.backend.Adapters(), "policy-v0")
+		}
 		require.NoError(t, v.SyncWeights(context.Background(), 1))
 		require.NoError(t, v.AfterStart(context.Background(), 0, vllmClient(t, fresh.URL())))
 		if mode == engine.SyncFull {
-			assert.Equal(t, []string{v.LastSync().Dir}, fresh.backend.Reloads())
+			assert.Equal(t, v.LastSync().Dir, fresh.backend.Reloads()[len(fresh.backend.Reloads())-1])
 		} else {
 			assert.Contains(t, fresh.backend.Adapters(), "policy-v1")
 		}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ortrain/ortrain/internal/chat"
+	"github.com/ortrain/ortrain/internal/engine"
 )
 
 func TestChatBadRequests(t *testing.T) {
@@ -209,6 +211,23 @@ func TestEngineFailure(t *testing.T) {
 	assert.Contains(t, string(raw), "server_error")
 	assert.Equal(t, 1, rec.Failed())
 	assert.Zero(t, rec.Rejected())
+	assert.Empty(t, rec.Calls())
+}
+
+// A completion the generation server left without a log-prob is a 502
+// counted apart (the rollout ends generation_invalid), never an answer.
+func TestEngineInvalidResult(t *testing.T) {
+	h := newHarness(t, nil)
+	key, rec := h.open(t, "r")
+	h.sampler.mu.Lock()
+	h.sampler.fail = &engine.InvalidResultError{Server: "http://127.0.0.1:8000", Request: "POST /v1/completions",
+		Err: errors.New("completion answer: choice 0: logprobs.token_logprobs[0]: null")}
+	h.sampler.mu.Unlock()
+	status, raw := h.post(t, chatPath("r"), key, `{"messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusBadGateway, status, string(raw))
+	assert.Contains(t, string(raw), `"code":"generation_invalid"`)
+	assert.Equal(t, 1, rec.Failed())
+	assert.Equal(t, 1, rec.InvalidResults())
 	assert.Empty(t, rec.Calls())
 }
 

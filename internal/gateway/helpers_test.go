@@ -47,7 +47,8 @@ type fakeSampler struct {
 
 	mu       sync.Mutex
 	reply    func(req engine.Request) (text string, endTurn bool)
-	block    bool // wait for the context instead of answering
+	block    bool  // wait for the context instead of answering
+	fail     error // answer every request with this error
 	requests []engine.Request
 }
 
@@ -76,7 +77,7 @@ func (f *fakeSampler) setKeep(keep bool) {
 
 func (f *fakeSampler) Generate(ctx context.Context, req engine.Request) (engine.Result, error) {
 	f.mu.Lock()
-	reply, block := f.reply, f.block
+	reply, block, fail := f.reply, f.block, f.fail
 	if f.keep {
 		f.requests = append(f.requests, req)
 	}
@@ -84,6 +85,9 @@ func (f *fakeSampler) Generate(ctx context.Context, req engine.Request) (engine.
 	if block {
 		<-ctx.Done()
 		return engine.Result{}, ctx.Err()
+	}
+	if fail != nil {
+		return engine.Result{}, fail
 	}
 	text, end := reply(req)
 	ids := f.tok.Encode(text)

@@ -104,7 +104,7 @@ const (
 	// that cannot be trained on (a null or missing log-prob or token id;
 	// engine.InvalidResultError), never read as a number.
 	OutcomeGenInvalid Outcome = "generation_invalid"
-	OutcomeCanceled    Outcome = "canceled"
+	OutcomeCanceled   Outcome = "canceled"
 	// OutcomeRewardError: a reward function failed for the rollout (an
 	// http scorer down, an expression that failed); never scored as 0.
 	OutcomeRewardError Outcome = "reward_error"

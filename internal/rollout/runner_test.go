@@ -391,6 +391,21 @@ func TestRolloutFailures(t *testing.T) {
 		assert.Equal(t, int64(0), srv.Stats().Live, "session closed")
 	})
 
+	// A server that answered with a null log-prob: the rollout ends with
+	// its own outcome, out of the loss, never trained as log p = 0.
+	t.Run("completion the server left without log-probs", func(t *testing.T) {
+		opener, srv, _ := serveEnv(t, envs.Echo())
+		invalid := &invalidGenerator{}
+		tr := newRunner(t, opener, invalid, cs, nil).Run(context.Background(), Task{Split: "train", Index: 0}, 1)
+		assert.Equal(t, OutcomeGenInvalid, tr.Outcome, "err: %v", tr.Err)
+		assert.True(t, tr.Outcome.Failed())
+		var ie *engine.InvalidResultError
+		require.ErrorAs(t, tr.Err, &ie)
+		assert.Equal(t, "http://replica-0", ie.Server)
+		assert.Empty(t, tr.Logprobs, "nothing of the invalid completion is kept")
+		assert.Equal(t, int64(0), srv.Stats().Live, "session closed")
+	})
+
 	t.Run("unreachable env", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
@@ -508,3 +523,14 @@ func TestRolloutSessionKeys(t *testing.T) {
 	}
 	assert.ElementsMatch(t, slices.Collect(maps.Keys(seen)), gen.ended)
 }
+
+// invalidGenerator answers every request as a server whose completion
+// lacked a log-prob.
+type invalidGenerator struct{}
+
+func (invalidGenerator) Generate(context.Context, engine.Request) (engine.Result, error) {
+	return engine.Result{}, &engine.InvalidResultError{Server: "http://replica-0", Request: "POST /v1/completions",
+		Err: errors.New("completion answer: choice 0: logprobs.token_logprobs[3]: null")}
+}
+func (invalidGenerator) SyncWeights(context.Context, int) error { return nil }
+func (invalidGenerator) Close() error                           { return nil }

@@ -10,8 +10,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/vllm"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -46,8 +48,12 @@ func startVLLM(ctx context.Context, cfg *config.Config, modelDir string, policy 
 		export = policy.m.SavePEFT
 	}
 	opts := vllmOptions(cfg, modelDir, export, ro, log)
-	// Rank 0 alone pushes weights to the replicas all ranks share.
+	// Rank 0 alone pushes weights to the replicas all ranks share, and
+	// verifies every push against its own log-probs.
 	opts.Follower = !ro.rank0()
+	if !opts.Follower && opts.SyncMode != engine.SyncNone {
+		opts.Check = syncCheck(modelDir, policy, log)
+	}
 	if len(opts.URLs) == 0 && opts.APIKey == "" && !vllm.IsLoopback(opts.Launch.Host) {
 		// Replicas reachable from the network get a key only this run knows.
 		key, err := randomKey()
@@ -115,6 +121,34 @@ func newBuiltinEngine(ctx context.Context, cfg *config.Config, m *worker.Model, 
 		return nil, fmt.Errorf("start builtin engine: %w", err)
 	}
 	return engine.NewBuiltinContinuous(engine.WorkerDecoder{Decoder: dec}, opts), nil
+}
+
+// probeText is the sync check's prompt: ordinary text every tokenizer
+// encodes into common tokens.
+const probeText = "The weather report for tomorrow says that the morning will be"
+
+// syncCheck verifies each weight push: the servers' log-probs of a probe
+// completion against the policy's own (engine.SyncCheck).
+func syncCheck(modelDir string, policy *workerPolicy, log zerolog.Logger) *engine.SyncCheck {
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
+	if tok, err := chat.LoadTokenizer(modelDir); err == nil {
+		if ids := tok.Encode(probeText); len(ids) > 0 {
+			prompt = ids
+		}
+	} else {
+		log.Debug().Err(err).Msg("sync check: no tokenizer, probing with token ids 1-8")
+	}
+	return &engine.SyncCheck{Prompt: prompt, Tokens: 16, Score: func(ctx context.Context, p, completion []int32) ([]float32, error) {
+		row := grpo.Row{Tokens: append(append([]int32{}, p...), completion...), PromptLen: len(p), LossMask: make([]uint8, len(completion))}
+		for i := range row.LossMask {
+			row.LossMask[i] = 1
+		}
+		lp, err := policy.Logprobs(ctx, []grpo.Row{row}, 1, false)
+		if err != nil {
+			return nil, err
+		}
+		return lp[0], nil
+	}}
 }
 
 // randomKey is a 256-bit API key, hex encoded.

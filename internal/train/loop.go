@@ -119,6 +119,8 @@ type stepLoop struct {
 	done snapshot
 	// failedToolRounds counts consecutive rounds in which every tool call failed.
 	failedToolRounds int
+	// drift stops a synchronous run whose sampler left the policy (drift.go).
+	drift samplerDrift
 	// pending holds the trajectories of the step in progress; they reach
 	// OnTrajectory only once the step completes, so the log never holds
 	// rollouts that were not trained on.
@@ -342,6 +344,12 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	l.step++
 	l.commit()
+	if mean, ok := m.Extra["sampling/sampling_logp_difference/mean"]; ok && !l.async() {
+		// Off-policy samples of an async run differ by design.
+		if err := l.drift.observe(l.step, mean); err != nil {
+			return m, err
+		}
+	}
 	syncCtx := ctx
 	if l.async() {
 		// The step is complete: an interrupt must not leave it unlogged
@@ -359,6 +367,11 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)
+	if s, ok := l.gen.(interface{ LastSync() engine.SyncStats }); ok {
+		if st := s.LastSync(); st.Probed && st.Step == l.step {
+			m.Extra["engine/sync_probe_logp_difference"] = st.ProbeDiff
+		}
+	}
 	if r, ok := l.gen.(interface{ RouterStats() engine.RouterStats }); ok {
 		addRouterStats(m.Extra, r.RouterStats())
 	}

@@ -44,8 +44,13 @@ func Probe(ctx context.Context, c *Client, needs Needs) (*ModelCard, error) {
 		return nil, fmt.Errorf("probe %s with a one-token completion: %w", c.URL(), err)
 	}
 	if err := resp.Validate(1); err != nil {
-		return nil, &CapabilityError{URL: c.URL(), Missing: "token-id completions (" + err.Error() + ")",
-			Fix: "use vLLM 0.10.2 or newer, which returns token_ids when return_token_ids is set"}
+		fix := "use vLLM 0.10.2 or newer, which returns token_ids when return_token_ids is set"
+		var re *ResponseError
+		if errors.As(err, &re) && re.Field == "logprobs.token_logprobs" {
+			fix = "a completion must carry a log-prob for every sampled token (logprobs=0); this server's did not, so its samples cannot be trained on: " +
+				"start vLLM with --logprobs-mode processed_logprobs (ortrain does for replicas it launches), or report the server's bug"
+		}
+		return nil, &CapabilityError{URL: c.URL(), Missing: "token-id completions with log-probs (" + err.Error() + ")", Fix: fix}
 	}
 	if needs.FullSync {
 		_, err := c.IsPaused(ctx)

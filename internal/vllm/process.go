@@ -32,7 +32,7 @@ func waitReady(ctx context.Context, p *childproc.Process, c *Client, stall, poll
 			last = start
 		}
 		if time.Since(last) > stall {
-			return nil, fmt.Errorf("not ready after %s (no progress for %s; last health check: %v)", time.Since(start).Round(time.Millisecond), stall, err)
+			return nil, fmt.Errorf("not ready after %s (no progress for %s; last health check: %w)", time.Since(start).Round(time.Millisecond), stall, err)
 		}
 		select {
 		case <-ctx.Done():

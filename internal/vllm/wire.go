@@ -74,7 +74,7 @@ type Choice struct {
 
 // ChoiceLogprobs are parallel arrays, one entry per generated token.
 type ChoiceLogprobs struct {
-	TextOffset    []int                `json:"text_offset"`
+	TextOffset []int `json:"text_offset"`
 	// TokenLogprobs is vLLM's list[float | None]: a null entry is a
 	// log-prob the server did not compute, never a 0.
 	TokenLogprobs []*float64           `json:"token_logprobs"`
