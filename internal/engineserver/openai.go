@@ -22,8 +22,20 @@ import (
 // ortrain's vLLM path needs and the gateway does not (n > 1, several
 // prompts, return_token_ids, stop_token_ids, token-id log-prob tokens).
 
-// maxBodyBytes bounds a completion request body on every completion route.
+// maxBodyBytes bounds a completion request body on every completion route;
+// with a context bound, bodyLimit is tighter.
 const maxBodyBytes = 64 << 20
+
+// bodyLimit bounds a completion body at what the context can hold, before
+// any of it is decoded: 64 prompts of MaxModelLen token ids (at most 12
+// bytes each as JSON) or texts as long, at least 1 MiB, at most
+// maxBodyBytes.
+func (s *Server) bodyLimit() int64 {
+	if s.opts.MaxModelLen <= 0 {
+		return maxBodyBytes
+	}
+	return min(maxBodyBytes, max(1<<20, 64*12*int64(s.opts.MaxModelLen)))
+}
 
 // TextChat is what text prompts and chat completions need from the model
 // directory: its tokenizer, its chat template and the syntax its tool calls
@@ -98,7 +110,7 @@ func (s *Server) newGateway(served, adapter string) (*gateway.Gateway, error) {
 		Model: served, Tokenizer: tc.tok, Template: tc.tmpl, Format: tc.format,
 		Sampler:      gatewaySampler{s: s, adapter: adapter},
 		MaxModelLen:  s.opts.MaxModelLen,
-		MaxBodyBytes: maxBodyBytes,
+		MaxBodyBytes: s.bodyLimit(),
 		// ServeHTTP has checked the key already; the gateway checks it
 		// again so nothing routed to it is ever served unauthenticated.
 		SingleTenant: &gateway.SingleTenant{APIKey: s.opts.APIKey},
@@ -188,12 +200,12 @@ type completionPeek struct {
 // readPeek reads the body, puts it back for the handler that serves it,
 // and peeks at it. ok is false when the body is not a JSON object: the
 // handler it goes to names the fault.
-func readPeek(w http.ResponseWriter, r *http.Request) (p completionPeek, ok bool, e *apiError) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+func readPeek(w http.ResponseWriter, r *http.Request, limit int64) (p completionPeek, ok bool, e *apiError) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return p, false, &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)}
+			return p, false, &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("request body is larger than %d bytes, more than the model's context can hold", limit)}
 		}
 		return p, false, &apiError{status: http.StatusBadRequest, message: "reading the request body: " + err.Error()}
 	}
@@ -264,7 +276,7 @@ func (s *Server) handleCompletionsDispatch(w http.ResponseWriter, r *http.Reques
 		s.handleCompletions(w, r)
 		return
 	}
-	p, isObject, e := readPeek(w, r)
+	p, isObject, e := readPeek(w, r, s.bodyLimit())
 	if e != nil {
 		writeOpenAIError(w, e)
 		return
@@ -305,7 +317,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, badRequest("messages", "this model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): send a text prompt to /v1/completions instead"))
 		return
 	}
-	p, isObject, e := readPeek(w, r)
+	p, isObject, e := readPeek(w, r, s.bodyLimit())
 	if e != nil {
 		writeOpenAIError(w, e)
 		return

@@ -300,7 +300,12 @@ func neutral(v *float64, want float64) bool { return v == nil || *v == want }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var body completionBody
-	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&body); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.bodyLimit())).Decode(&body); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, more than the model's context can hold", tooBig.Limit))
+			return
+		}
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
@@ -497,7 +502,7 @@ func writeText(w http.ResponseWriter, msg string) {
 
 // writeError answers with vLLM's error body.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError"}[code]
+	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 413: "RequestEntityTooLargeError"}[code]
 	if typ == "" {
 		typ = "InternalServerError"
 	}

@@ -375,3 +375,22 @@ func FuzzServeCompletionBody(f *testing.F) {
 		}
 	})
 }
+
+// TestServeBoundsBodiesByContext: a token-id body larger than the context
+// could hold is refused 413 before it is decoded; the bound follows
+// MaxModelLen, at least 1 MiB.
+func TestServeBoundsBodiesByContext(t *testing.T) {
+	ts := startToyServer(t, servetest.NewBackend(0), false)
+	assert.Equal(t, int64(1<<20), ts.srv.bodyLimit(), "a 64-token context gets the 1 MiB floor")
+	big := `{"model":"toy","prompt":[` + strings.Repeat("1,", 600_000) + `1],"max_tokens":1}`
+	status, body := post(t, ts.URL+"/v1/completions", big)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
+	assert.Contains(t, body, "more than the model's context can hold")
+	status, body = post(t, ts.URL+"/v1/completions", `{"model":"toy","prompt":[1,2],"max_tokens":1,"logprobs":0,"return_token_ids":true}`)
+	assert.Equal(t, http.StatusOK, status, body)
+
+	wide := startToyServer(t, servetest.NewBackend(0), false, func(o *Options) { o.MaxModelLen = 32768 })
+	assert.Equal(t, int64(64*12*32768), wide.srv.bodyLimit())
+	none := startToyServer(t, servetest.NewBackend(0), false, func(o *Options) { o.MaxModelLen = 0 })
+	assert.Equal(t, int64(maxBodyBytes), none.srv.bodyLimit())
+}
