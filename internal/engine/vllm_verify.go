@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/ortrain/ortrain/internal/vllm"
 )
@@ -199,6 +200,13 @@ func (v *VLLM) firstPush(ctx context.Context) error {
 			return err
 		}
 		if err := v.apply(ctx, c, name, dir); err != nil {
+			if v.opts.SyncMode == SyncFull {
+				// Still the weights it started with: a server shared with
+				// others must not stay paused because this run cannot use it.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				_ = c.Resume(rctx)
+				cancel()
+			}
 			return v.explainSyncFailure(ep.URL(), err)
 		}
 	}
