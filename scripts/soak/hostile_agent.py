@@ -15,6 +15,9 @@ import json, os, random, socket, threading, time, urllib.error, urllib.parse, ur
 BASE, KEY, MCP = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"], os.environ["ORTRAIN_MCP_URL"]
 TASK = json.loads(os.environ["ORTRAIN_TASK"])
 MODE = TASK["index"] % 8
+# SOAK_MODES="1,3" keeps only those misbehaviours (to find which one costs what).
+if "SOAK_MODES" in os.environ and str(MODE) not in os.environ["SOAK_MODES"].split(","):
+    MODE = 0
 
 
 def post(url, body, session=None, key=KEY, raw=None):
