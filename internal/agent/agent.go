@@ -126,6 +126,12 @@ type Facts struct {
 	MCPURL string
 	// Task is the rollout's task as JSON (nil: null).
 	Task json.RawMessage
+	// OnStart, when set, is called with a command agent's pid as soon as
+	// it has started, before Run waits for it: the caller binds the
+	// rollout's endpoints to the agent's process tree (the agent may
+	// already be calling them). Not called for URL agents or an agent
+	// that failed to start.
+	OnStart func(pid int)
 }
 
 // AnthropicBaseURL is BaseURL without its /v1: Anthropic's clients append

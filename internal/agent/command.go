@@ -92,6 +92,9 @@ func runCommand(ctx context.Context, spec Spec, facts Facts) Result {
 		return Result{Outcome: OutcomeAgentError, ExitCode: -1, Err: fmt.Errorf("start agent %s: %w", spec.Command[0], startErr)}
 	}
 	pgid := cmd.Process.Pid
+	if facts.OnStart != nil {
+		facts.OnStart(pgid)
+	}
 
 	stdout := newStream(spec.tailBytes(), true)
 	stderr := newStream(spec.tailBytes(), false)

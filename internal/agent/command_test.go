@@ -265,3 +265,33 @@ func TestCommandRedactsKey(t *testing.T) {
 	assert.Equal(t, OutcomeOK, res.Outcome, "err: %v", res.Err)
 	assert.Equal(t, redacted+"0123456789", res.StdoutTail)
 }
+
+// TestCommandOnStart: the caller learns the agent's pid (the agent's own
+// $$) while the agent runs; an agent that cannot start reports none.
+func TestCommandOnStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		argv    []string
+		started bool
+	}{
+		{name: "started", argv: script(t, `echo "{\"reward\": $$}"`), started: true},
+		{name: "cannot start", argv: []string{filepath.Join(t.TempDir(), "no-such-agent")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			facts := testFacts()
+			var pids []int // OnStart runs on Run's goroutine, before it returns
+			facts.OnStart = func(pid int) { pids = append(pids, pid) }
+			res := Run(context.Background(), Spec{Command: tc.argv, Timeout: 5 * time.Second, TempRoot: t.TempDir()}, facts)
+			if !tc.started {
+				assert.Empty(t, pids)
+				return
+			}
+			require.Equal(t, OutcomeOK, res.Outcome, "err: %v", res.Err)
+			require.Len(t, pids, 1)
+			require.NotNil(t, res.Reward)
+			assert.Equal(t, float64(pids[0]), *res.Reward, "the pid is the agent's own")
+		})
+	}
+}

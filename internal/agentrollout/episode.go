@@ -83,14 +83,23 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 	}
 
 	id := fmt.Sprintf("%s-%d", r.prefix, r.seq.Add(1))
+	// A command agent's key is honoured only from its own process tree:
+	// agents run as one uid, and one may read a sibling's key from its
+	// environment (/proc/<pid>/environ). A URL agent has no tree here.
+	owned := len(r.opts.Agent.Command) > 0
 	// The tenant generates under ctx's values: with async rounds the
 	// trainer names there the sampler copy (policy version) of the round.
-	key, rec, err := r.gw.OpenFor(ctx, id, gateway.Tenant{Version: task.Version, Seed: task.Seed})
+	key, rec, err := r.gw.OpenFor(ctx, id, gateway.Tenant{Version: task.Version, Seed: task.Seed, RequireOwner: owned})
 	if err != nil {
 		tr.Outcome, tr.Err = rollout.OutcomeGenError, fmt.Errorf("open gateway tenant: %w", err)
 		return tr
 	}
-	ep := r.mcp.Attach(id, key, sess, tools)
+	var ep *envmcp.Episode
+	if owned {
+		ep = r.mcp.AttachOwned(id, key, sess, tools)
+	} else {
+		ep = r.mcp.Attach(id, key, sess, tools)
+	}
 	at := r.agentTask(task, prompt, tools)
 	at.Spec = r.taskSpec(ctx, task)
 	taskJSON, err := json.Marshal(at)
@@ -103,6 +112,7 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 	res := agent.Run(ctx, r.opts.Agent, agent.Facts{
 		RolloutID: id, BaseURL: r.base + gateway.RolloutPath(id), APIKey: key,
 		Model: r.opts.Gateway.Model, MCPURL: r.base + "/mcp/" + id, Task: taskJSON,
+		OnStart: func(pid int) { r.bindOwner(id, ep, pid) },
 	})
 	// The records are final once both are closed: no call lands later.
 	r.mcp.Detach(id)
@@ -113,6 +123,18 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 	r.opts.Logger.Debug().Str("rollout", id).Str("outcome", string(tr.Outcome)).Int("model_calls", len(rec.Calls())).
 		Int("tool_calls", tr.ToolCalls).Int("prefix_breaks", tr.PrefixBreaks).Dur("took", res.Duration).Msg("agent rollout")
 	return tr
+}
+
+// bindOwner binds the rollout's tenant and MCP episode to its agent's
+// process tree. A failure leaves them unbound: the agent's calls are then
+// refused (never another agent's calls admitted) and the rollout fails.
+func (r *Runner) bindOwner(id string, ep *envmcp.Episode, pid int) {
+	if err := r.gw.BindOwner(id, pid); err != nil {
+		r.opts.Logger.Warn().Err(err).Str("rollout", id).Msg("bind the gateway tenant to its agent")
+	}
+	if err := ep.BindOwner(pid); err != nil {
+		r.opts.Logger.Warn().Err(err).Str("rollout", id).Msg("bind the MCP endpoint to its agent")
+	}
 }
 
 // start reads the session's prompt and tools under the call deadline.

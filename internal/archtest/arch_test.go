@@ -53,11 +53,11 @@ var allowed = map[string][]string{
 	"internal/engineserver/servetest": {"internal/engine"},
 	"internal/envcheck":               {"internal/jsonschema", "internal/verdict"},
 	// an env session's tools served to an agent over MCP (streamable HTTP), calls recorded.
-	"internal/envmcp":    {"internal/envtarget"},
+	"internal/envmcp":    {"internal/envtarget", "internal/peercred"},
 	"internal/envs":      {"internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	"internal/envtarget": {"internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/ors", "internal/ors/orsserver"},
 	// the OpenAI-compatible API served from the engine, per-rollout keys, token-exact recording.
-	"internal/gateway":    {"internal/chat", "internal/engine"},
+	"internal/gateway":    {"internal/chat", "internal/engine", "internal/peercred"},
 	"internal/grpo":       {},
 	"internal/jsonschema": {},
 	"internal/launch":     {"internal/childproc"},
@@ -69,6 +69,8 @@ var allowed = map[string][]string{
 	"internal/openenv/openenvserver": {"internal/openenv", "internal/ors", "internal/ors/orsserver"},
 	"internal/ors":                   {"internal/backoff"},
 	"internal/ors/orsserver":         {"internal/ors"},
+	// which local process holds a TCP connection's client end, and its ancestry, from /proc (pure Go).
+	"internal/peercred": {},
 	// the run report reads a run directory with its own types (no trainer, no cgo).
 	"internal/report": {},
 	// reward functions see trajectories through their own view type, not rollout's.

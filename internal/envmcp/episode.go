@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/envtarget"
+	"github.com/ortrain/ortrain/internal/peercred"
 )
 
 // maxMCPSessions bounds the MCP sessions one episode keeps: an agent that
@@ -60,6 +61,9 @@ type Episode struct {
 	timeout time.Duration
 	now     func() time.Time
 	log     zerolog.Logger
+	// owner, when set, is the process tree the key is honoured from
+	// (AttachOwned, owner.go).
+	owner *peercred.Owner
 
 	// turn holds one token: a Session serves one rollout, so its calls go
 	// one at a time.

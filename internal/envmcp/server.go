@@ -32,11 +32,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/envtarget"
+	"github.com/ortrain/ortrain/internal/peercred"
 )
 
 // Header names of the MCP streamable HTTP transport.
@@ -87,6 +89,9 @@ type Server struct {
 	opts Options
 	log  zerolog.Logger
 
+	foreign       atomic.Int64 // stolen keys refused (owner.go)
+	warnedForeign atomic.Bool
+
 	mu       sync.RWMutex
 	episodes map[string]*Episode // by rollout id
 }
@@ -119,7 +124,12 @@ func (s *Server) Handler() http.Handler {
 // attached detaches the earlier episode first. The caller keeps owning sess
 // (Detach does not close it).
 func (s *Server) Attach(id, key string, sess envtarget.Session, tools []envtarget.ToolSpec) *Episode {
+	return s.attach(id, key, sess, tools, nil)
+}
+
+func (s *Server) attach(id, key string, sess envtarget.Session, tools []envtarget.ToolSpec, owner *peercred.Owner) *Episode {
 	ep := newEpisode(id, key, sess, tools, s.opts)
+	ep.owner = owner
 	s.mu.Lock()
 	old := s.episodes[id]
 	s.episodes[id] = ep
@@ -156,16 +166,20 @@ func (s *Server) lookup(id string) *Episode {
 // then dispatches on the method.
 func (s *Server) serveRollout(w http.ResponseWriter, r *http.Request) {
 	ep := s.lookup(r.PathValue("id"))
-	if ep == nil && s.holdsAKey(r.Header.Get("Authorization")) {
-		// Only a caller holding an attached rollout's key learns that this
-		// path is not attached; anyone else gets the same 401 as for an
-		// attached one, so rollout ids cannot be probed.
-		writeHTTPError(w, http.StatusNotFound, "no rollout is attached at this path (it ended, or the URL is wrong)")
+	if ep == nil {
+		// Only a caller holding an attached rollout's key (from that
+		// rollout's agent) learns that this path is not attached; anyone
+		// else gets the same 401 as for an attached one, so rollout ids
+		// cannot be probed.
+		if holder := s.keyHolder(r.Header.Get("Authorization")); holder != nil && s.fromOwner(r, holder) {
+			writeHTTPError(w, http.StatusNotFound, "no rollout is attached at this path (it ended, or the URL is wrong)")
+			return
+		}
+		refuseKey(w)
 		return
 	}
-	if ep == nil || !ep.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="ortrain"`)
-		writeHTTPError(w, http.StatusUnauthorized, "missing or wrong bearer key for this rollout")
+	if !ep.authorized(r.Header.Get("Authorization")) || !s.fromOwner(r, ep) {
+		refuseKey(w)
 		return
 	}
 	if !originAllowed(r) {
@@ -325,20 +339,20 @@ func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, ep *Episod
 	return true
 }
 
-// authorized compares the bearer token with the rollout's key in constant
-// time (hashes, so the key's length does not leak either).
-// holdsAKey reports whether header carries the key of an attached rollout.
-func (s *Server) holdsAKey(header string) bool {
+// keyHolder is the attached rollout whose key header carries, or nil.
+func (s *Server) keyHolder(header string) *Episode {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, ep := range s.episodes {
 		if ep.authorized(header) {
-			return true
+			return ep
 		}
 	}
-	return false
+	return nil
 }
 
+// authorized compares the bearer token with the rollout's key in constant
+// time (hashes, so the key's length does not leak either).
 func (e *Episode) authorized(header string) bool {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || !e.hasKey {

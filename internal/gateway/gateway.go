@@ -11,7 +11,9 @@
 // recorded token for token (prompt ids as rendered and encoded here,
 // completion ids and log-probs as the sampler returned them, the weight
 // version at dispatch) in the rollout's Recorder, and Assemble turns the
-// calls into training segments without re-tokenizing any text.
+// calls into training segments without re-tokenizing any text. A tenant
+// opened with Tenant.RequireOwner honours its key only from the process
+// tree BindOwner names (its agent's; owner.go), where the platform can tell.
 // Single-tenant (ortrain serve-engine): the same handlers at /v1, with an
 // optional API key and no recording.
 //
@@ -51,6 +53,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
+	"github.com/ortrain/ortrain/internal/peercred"
 )
 
 // Defaults apply when a request leaves a sampling field out.
@@ -130,6 +133,7 @@ type Gateway struct {
 	mux           *http.ServeMux
 
 	unauthorized atomic.Int64 // requests with a key no open rollout holds
+	foreign      atomic.Int64 // requests with a key from outside its owner's tree (owner.go)
 	noted        sync.Map     // notes already logged (noteOnce)
 
 	mu       sync.Mutex
@@ -154,6 +158,9 @@ type rollout struct {
 	seed int64
 	// responses are the kept Responses API conversations (responses_store.go).
 	responses *responseStore
+	// owner, when set, is the process tree the key is honoured from
+	// (Tenant.RequireOwner, owner.go).
+	owner *peercred.Owner
 }
 
 // generationContext is ctx (a request's: its deadline and cancellation)
@@ -276,7 +283,7 @@ func RolloutPath(id string) string { return "/rollouts/" + id + "/v1" }
 // Options.WeightVersion at dispatch and sampled with a seed of its own
 // (from a random base).
 func (g *Gateway) Open(id string) (key string, rec *Recorder, err error) {
-	return g.open(context.Background(), id, nil, 0)
+	return g.open(context.Background(), id, nil, Tenant{})
 }
 
 // Tenant is what a rollout's calls are served with.
@@ -287,6 +294,12 @@ type Tenant struct {
 	// it and n, so a rollout is reproducible and every rollout of a group
 	// samples differently whatever seed its agent sends (0: a random base).
 	Seed int64
+	// RequireOwner honours the key only on connections from one process
+	// tree, named by BindOwner once the agent has started (its requests
+	// wait for it a few seconds): agents run as one uid, and one may read
+	// a sibling's key from its environment. Where the platform cannot
+	// tell the calling process (not Linux) the key alone decides.
+	RequireOwner bool
 }
 
 // OpenFor starts a rollout served by one policy version: its calls are
@@ -295,16 +308,17 @@ type Tenant struct {
 // several weight versions (async rounds) samples the rollout with the
 // version ctx names.
 func (g *Gateway) OpenFor(ctx context.Context, id string, t Tenant) (key string, rec *Recorder, err error) {
-	return g.open(context.WithoutCancel(ctx), id, &t.Version, t.Seed)
+	return g.open(context.WithoutCancel(ctx), id, &t.Version, t)
 }
 
-func (g *Gateway) open(values context.Context, id string, version *int, seed int64) (key string, rec *Recorder, err error) {
+func (g *Gateway) open(values context.Context, id string, version *int, t Tenant) (key string, rec *Recorder, err error) {
 	if !validRolloutID(id) {
 		return "", nil, fmt.Errorf("%w %q: use 1 to 128 characters from A-Z a-z 0-9 . _ - ~", ErrInvalidRolloutID, id)
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
 	key = "sk-ortrain-" + hex.EncodeToString(b[:])
+	seed := t.Seed
 	for seed == 0 {
 		var sb [8]byte
 		_, _ = rand.Read(sb[:])
@@ -313,6 +327,9 @@ func (g *Gateway) open(values context.Context, id string, version *int, seed int
 	ctx, cancel := context.WithCancelCause(values)
 	ro := &rollout{id: id, key: []byte(key), rec: newRecorder(), ctx: ctx, cancel: cancel, version: version, values: values, seed: seed,
 		responses: newResponseStore()}
+	if t.RequireOwner {
+		ro.owner = peercred.NewOwner()
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.rollouts[id]; ok {
@@ -363,11 +380,14 @@ func (g *Gateway) rolloutEndpoint(h endpoint) http.HandlerFunc {
 			// Only a caller holding an open rollout's key learns that this
 			// id is not open: without one the answer is the same 401 as
 			// for an open rollout, so ids cannot be probed.
-			if owner := g.keyOwner(r); owner != nil {
+			owner := g.keyOwner(r)
+			if owner != nil && g.fromOwner(r, owner) {
 				g.fail(&routeWriter{ResponseWriter: w, route: r.Method + " " + r.URL.Path}, owner, notFound("rollout_not_found", "rollout %q is not open", id))
 				return
 			}
-			g.unauthorized.Add(1)
+			if owner == nil {
+				g.unauthorized.Add(1)
+			}
 			writeError(w, unauthorized())
 			return
 		}
@@ -379,17 +399,23 @@ func (g *Gateway) singleEndpoint(h endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) { g.serveTenant(w, r, g.single, h) }
 }
 
-// serveTenant checks the key and runs h under a context that Close cancels.
+// serveTenant checks the key (and where the tenant requires it, the
+// calling process) and runs h under a context that Close cancels.
 func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollout, h endpoint) {
 	if !ro.authorized(r) {
 		e := unauthorized()
 		// The refusal counts against the rollout whose key was presented
 		// (an agent reaching into another rollout), never against the
 		// rollout whose URL was targeted; a key nobody holds is counted
-		// on the gateway.
-		if owner := g.keyOwner(r); owner != nil {
+		// on the gateway, and so is a key used from outside its owner's
+		// process tree (fromOwner): a thief must not get its victim masked.
+		owner := g.keyOwner(r)
+		switch {
+		case owner != nil && g.fromOwner(r, owner):
 			g.fail(w, owner, e)
-		} else {
+		case owner != nil:
+			writeError(w, e)
+		default:
 			g.unauthorized.Add(1)
 			g.log.Debug().Str("rollout", ro.id).Msg("request without a valid key refused")
 			writeError(w, e)
@@ -400,6 +426,10 @@ func (g *Gateway) serveTenant(w http.ResponseWriter, r *http.Request, ro *rollou
 	defer cancel(nil)
 	stop := context.AfterFunc(ro.ctx, func() { cancel(context.Cause(ro.ctx)) })
 	defer stop()
+	if !g.fromOwner(r.WithContext(ctx), ro) {
+		writeError(w, unauthorized()) // the same answer as a wrong key: nothing is revealed
+		return
+	}
 	h(&routeWriter{ResponseWriter: w, route: r.Method + " " + r.URL.Path}, r.WithContext(ctx), ro)
 }
 

@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"time"
+
+	"github.com/ortrain/ortrain/internal/peercred"
 )
 
 // ConnLimits bound every connection of a server that serves the gateway
@@ -29,7 +31,9 @@ func (c ConnLimits) Server(h http.Handler) *http.Server {
 		}
 		return v
 	}
-	return &http.Server{Handler: h,
+	// ConnContext: a tenant bound to its agent's process tree
+	// (Tenant.RequireOwner) resolves each connection's peer once.
+	return &http.Server{Handler: h, ConnContext: peercred.ConnContext,
 		ReadHeaderTimeout: def(c.Header, 30*time.Second),
 		ReadTimeout:       def(c.Request, 30*time.Second),
 		IdleTimeout:       def(c.Idle, 60*time.Second),
