@@ -76,6 +76,8 @@ var allowed = map[string][]string{
 	// reward functions see trajectories through their own view type, not rollout's.
 	"internal/reward":  {"internal/backoff", "internal/grpo"},
 	"internal/rollout": {"internal/backoff", "internal/chat", "internal/engine", "internal/envtarget"},
+	// one live writer per run directory: an flock held for the run's life.
+	"internal/runlock": {},
 	// SFT: data, tokens through the chat pipeline, batches; it plugs into train's step (train.Trainer).
 	"internal/sft":   {"internal/chat", "internal/config", "internal/grpo", "internal/train", "internal/worker"},
 	"internal/smoke": {"internal/config", "internal/envtarget", "internal/jsonschema", "internal/model", "internal/rollout", "internal/train", "internal/verdict"},
@@ -83,7 +85,7 @@ var allowed = map[string][]string{
 	"internal/testclients": {},
 	"internal/tfevents":    {},
 	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
-		"internal/launch", "internal/memstat", "internal/model", "internal/reward", "internal/rollout", "internal/tfevents", "internal/vllm", "internal/worker"},
+		"internal/launch", "internal/memstat", "internal/model", "internal/reward", "internal/rollout", "internal/runlock", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/verdict": {},
 	"internal/vllm":    {"internal/backoff", "internal/childproc", "internal/vllmguard"},
 	// the proxy that requires the API key on every route of a replica bound beyond loopback.

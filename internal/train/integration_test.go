@@ -19,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/runlock"
 	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -285,7 +286,7 @@ func snapshotFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || d.IsDir() || d.Name() == runlock.FileName { // the holder record, not the run's output
 			return err
 		}
 		info, err := d.Info()

@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/rollout"
+	"github.com/ortrain/ortrain/internal/runlock"
 )
 
 // RunOptions are what a run needs beyond its config.
@@ -72,6 +73,7 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 	if err != nil {
 		return nil, err
 	}
+	defer plan.lock.Release()
 	started := false
 	defer func() {
 		if err != nil && !started {
@@ -143,6 +145,8 @@ type runPlan struct {
 	// createdDirs are the directories planRun created for output_dir,
 	// deepest first: a start that fails removes them again while empty.
 	createdDirs []string
+	// lock is rank 0's hold on output_dir (runlock), released when Run ends.
+	lock *runlock.Lock
 }
 
 // planRun validates the batch and loss settings and prepares output_dir:
@@ -157,8 +161,17 @@ func planRun(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return p, fmt.Errorf("create output_dir: %w", err)
 	}
-	if p.changes != nil && ro.rank0() {
+	if !ro.rank0() {
+		return p, nil
+	}
+	// One live writer per run directory, from here (before --overwrite
+	// deletes anything) until the run ends; the kernel drops it on any death.
+	if p.lock, err = runlock.Acquire(cfg.OutputDir, "run"); err != nil {
+		return p, err
+	}
+	if p.changes != nil {
 		if err := recordResumeChanges(cfg.OutputDir, p.resumeStep, p.changes); err != nil {
+			_ = p.lock.Release()
 			return p, err
 		}
 	}
@@ -429,6 +442,10 @@ func missingDirs(dir string) []string {
 // as each is empty: a run that fails to start leaves no empty output_dir
 // behind, and never deletes what someone else put there meanwhile.
 func removeCreatedDirs(dirs []string) {
+	if len(dirs) > 0 {
+		// The lock file of a run that never started, in a directory it made.
+		_ = os.Remove(filepath.Join(dirs[0], runlock.FileName))
+	}
 	for _, d := range dirs {
 		if os.Remove(d) != nil {
 			return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/model"
+	"github.com/ortrain/ortrain/internal/runlock"
 	"github.com/ortrain/ortrain/internal/tfevents"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -271,6 +272,9 @@ func earlierRun(dir string) []string {
 // checkFreshRunDir refuses to mix a new run into an earlier one's files
 // (it deletes nothing: see clearEarlierRun).
 func checkFreshRunDir(dir string, ro RunOptions) error {
+	if he := runlock.Held(dir); he != nil {
+		return he // a live run: neither --resume nor --overwrite may touch it
+	}
 	if ro.Resume || ro.Overwrite {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/grpo"
+	"github.com/ortrain/ortrain/internal/runlock"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -30,6 +31,7 @@ type Trainer struct {
 	group      *worker.Group
 	rd         *runDir
 	phases     stepPhases
+	lock       *runlock.Lock // rank 0's hold on output_dir
 }
 
 // PolicySettings are the policy's training settings when they do not come
@@ -101,6 +103,16 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 			removeCreatedDirs(created)
 		}
 	}()
+	if ro.rank0() {
+		// One live writer per run directory (runlock), held until Close.
+		kind := to.Kind
+		if kind == "" {
+			kind = "train"
+		}
+		if t.lock, err = runlock.Acquire(cfg.OutputDir, kind); err != nil {
+			return nil, err
+		}
+	}
 	if t.modelDir, err = PrepareModel(cfg, ro.Getenv, ro.Logger); err != nil {
 		return nil, err
 	}
@@ -299,6 +311,7 @@ func (t *Trainer) Close() {
 	if t.rd != nil {
 		t.rd.close()
 	}
+	defer t.lock.Release() // last: the directory is ours until everything is closed
 	if t.group != nil {
 		_ = t.group.Close()
 	}
