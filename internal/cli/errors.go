@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/internal/openenv"
 	"github.com/ortrain/ortrain/internal/ors"
 	"github.com/ortrain/ortrain/internal/reward"
+	"github.com/ortrain/ortrain/internal/runlock"
 	"github.com/ortrain/ortrain/internal/train"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -92,7 +93,7 @@ func isUsage(err error) bool {
 		return true
 	case errors.As(err, &rexpr), errors.As(err, &rfield):
 		return true
-	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint):
+	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint), errors.As(err, new(*runlock.HeldError)):
 		return true
 	case errors.As(err, &auth):
 		return auth.MissingKey // no key at all: set one and run again
