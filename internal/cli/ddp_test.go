@@ -351,8 +351,12 @@ func TestDataParallelRankKilled(t *testing.T) {
 	ckpt, step, err := train.LatestCheckpoint(dir)
 	require.NoError(t, err, "no complete checkpoint: %s", log)
 	t.Logf("last complete checkpoint: %s (step %d)", ckpt, step)
-	// It resumes, on one rank, for one more step.
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg, "--resume", "--max-steps", strconv.Itoa(step+1))
+	// It resumes, on one rank, for one more step: half the global batch,
+	// so a change that must be asked for (and is recorded).
+	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg, "--resume", "--resume-with-changes", "--max-steps", strconv.Itoa(step+1))
+	recorded, err := os.ReadFile(filepath.Join(dir, "resume-changes.jsonl"))
+	require.NoError(t, err)
+	assert.Contains(t, string(recorded), `"ranks"`)
 	_, last, err := train.LatestCheckpoint(dir)
 	require.NoError(t, err)
 	assert.Equal(t, step+1, last)

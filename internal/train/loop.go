@@ -173,6 +173,9 @@ type State struct {
 	Sampler   samplerState `json:"sampler"`
 	// RoundStaleness is the staleness of the round in use (async runs).
 	RoundStaleness *staleness `json:"round_staleness,omitempty"`
+	// WorldSize is how many ranks trained (the global batch is ranks ×
+	// per-device batch); 0 in checkpoints from before it was recorded.
+	WorldSize int `json:"world_size,omitempty"`
 }
 
 // snapshot is the loop at an optimizer-step boundary.
@@ -195,7 +198,10 @@ func (l *stepLoop) PendingRound() []grpo.MicroBatch { return l.done.round }
 
 // commit marks the current position as the last completed step.
 func (l *stepLoop) commit() {
-	st := State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State()}
+	st := State{Step: l.step, MicroStep: l.microStep, NumTokens: l.numTokens, Sampler: l.sampler.State(), WorldSize: 1}
+	if l.dist != nil {
+		st.WorldSize = l.dist.WorldSize()
+	}
 	var round []grpo.MicroBatch
 	if l.round != nil && l.microStep%(l.cfg.Shape.S*l.cfg.Shape.Iterations) != 0 {
 		round = l.round

@@ -221,13 +221,38 @@ func planRunChecks(cfg *config.Config, ro RunOptions) (runPlan, error) {
 	if err != nil {
 		return p, fmt.Errorf("--resume: read the run's config.yaml: %w", err)
 	}
-	if ch := config.ResumeChanges(saved, cfg); len(ch) > 0 {
+	ch := config.ResumeChanges(saved, cfg)
+	if c, changed, err := ranksChange(p.resumeDir, cfg, ro.World.WorldSize); err != nil {
+		return p, err
+	} else if changed {
+		ch = append(ch, c)
+	}
+	if len(ch) > 0 {
 		if !ro.ResumeWithChanges {
 			return p, &config.ResumeChangedError{Changes: ch}
 		}
 		p.changes = ch
 	}
 	return p, nil
+}
+
+// ranksChange compares the ranks that trained the checkpoint with this
+// run's: the global batch is ranks × per_device_train_batch_size, so
+// resuming a 2-rank run on 1 rank would halve it without a word.
+func ranksChange(resumeDir string, cfg *config.Config, worldSize int) (config.Change, bool, error) {
+	var state State
+	if err := ReadJSON(filepath.Join(resumeDir, "trainer_state.json"), &state); err != nil {
+		return config.Change{}, false, fmt.Errorf("--resume: %w", err)
+	}
+	now := max(1, worldSize)
+	if state.WorldSize == 0 || state.WorldSize == now {
+		return config.Change{}, false, nil // unrecorded (older checkpoints), or the same
+	}
+	b := cfg.GRPO.PerDeviceTrainBatchSize
+	text := func(ranks int) string {
+		return fmt.Sprintf("%d (global batch %d × %d = %d rows per micro-step)", ranks, ranks, b, ranks*b)
+	}
+	return config.Change{Field: "ranks", Old: text(state.WorldSize), New: text(now)}, true, nil
 }
 
 // recordResumeChanges appends what --resume-with-changes changed to the run
