@@ -418,7 +418,15 @@ func (r *runner) finish(ctx context.Context, res *Result, runErr error) (*Result
 	case runErr == nil:
 		return res, nil
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("%w at step %d (checkpoint: %s): %v", train.ErrInterrupted, r.st.Step, r.ckpt, runErr)
+		note := "checkpoint: " + r.ckpt + "; continue with --resume"
+		switch {
+		case r.ckpt != "":
+		case r.st.Step == 0:
+			note = "no step had completed: nothing was saved"
+		default:
+			note = "nothing was saved" // the save failed; the error says why
+		}
+		return res, fmt.Errorf("%w at step %d (%s): %v", train.ErrInterrupted, r.st.Step, note, runErr)
 	}
 	return res, runErr
 }
