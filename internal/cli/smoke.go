@@ -15,7 +15,7 @@ import (
 var ErrSmokeFailed = errors.New("smoke run failed")
 
 func addSmokeFlags(fs *pflag.FlagSet, opts *RunOptions) {
-	fs.BoolVar(&opts.Smoke, "smoke", false, "run the config for real on CPU in about a minute, for CI: its envs, chat settings, rewards and loss with a tiny random model of its model's family (the model's own tokenizer and chat template; weights not needed), the builtin engine, a few steps, a checkpoint and a resume; prints a verdict, exit 1 on a failed check")
+	fs.BoolVar(&opts.Smoke, "smoke", false, "run the config for real on CPU in seconds (longer only when its envs are slow), for CI: its envs, chat settings, rewards and loss with a tiny random model of its model's family (the model's own tokenizer and chat template; weights not needed), the builtin engine, a few steps, a checkpoint and a resume; prints a verdict, exit 1 on a failed check")
 	fs.StringVar(&opts.SmokeDir, "smoke-dir", "", "with --smoke: keep the smoke model and run here (default: a temporary directory, removed)")
 	fs.StringVar(&opts.SmokeJSON, "smoke-json", "", `with --smoke: write the verdict as JSON to this file ("-": stdout)`)
 	fs.StringVar(&opts.SmokeJUnit, "smoke-junit", "", `with --smoke: write the verdict as JUnit XML to this file ("-": stdout)`)
