@@ -132,7 +132,7 @@ Output: results go to stdout; logs, warnings and progress go to stderr.`,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: console, json, or auto (console on a terminal, json otherwise)")
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &UsageError{Err: err} })
+	root.SetFlagErrorFunc(flagError)
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	defer typeArgErrors(root)

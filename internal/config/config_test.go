@@ -403,3 +403,32 @@ func TestParseByteSize(t *testing.T) {
 		assert.Error(t, err, in)
 	}
 }
+
+// TestTRLNamesPointToOrtrainKeys: TRL's settings that have no key of the
+// same name say what does their job, instead of a near-miss suggestion
+// (grpo.vllm_mode is not engine.vllm_port).
+func TestTRLNamesPointToOrtrainKeys(t *testing.T) {
+	tests := []struct {
+		body, key, wantIn string
+	}{
+		{"grpo:\n  vllm_mode: colocate\n", "grpo.vllm_mode", "engine.vllm_colocate"},
+		{"grpo:\n  use_vllm: true\n", "grpo.use_vllm", "engine.kind: vllm"},
+		{"bf16: true\n", "bf16", "worker.dtype: bfloat16"},
+		{"grpo:\n  report_to: tensorboard\n", "grpo.report_to", "logging.tensorboard"},
+		{"grpo:\n  reward_weights: [1, 2]\n", "grpo.reward_weights", "rewards[].weight"},
+		{"grpo:\n  max_prompt_length: 512\n", "grpo.max_prompt_length", "grpo.max_completion_length"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			_, err := Load(Source{File: writeFile(t, tc.body)})
+			var uk *UnknownKeyError
+			require.ErrorAs(t, err, &uk)
+			assert.Equal(t, tc.key, uk.Key)
+			assert.Contains(t, uk.TRL, tc.wantIn)
+			assert.Empty(t, uk.Suggestion)
+		})
+	}
+	assert.Equal(t, "grpo.beta", KeyForLeaf("--beta"))
+	assert.Equal(t, "grpo.gradient_accumulation_steps", KeyForLeaf("gradient-accumulation-steps"))
+	assert.Equal(t, "", KeyForLeaf("nope"))
+}

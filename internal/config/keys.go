@@ -54,6 +54,8 @@ type UnknownKeyError struct {
 	Key string
 	// Suggestion is the nearest valid key or variable, or "".
 	Suggestion string
+	// TRL is what does the job of a TRL setting of that name here, or "".
+	TRL string
 }
 
 // EnvironmentSource is UnknownKeyError.Source for an ORTRAIN_* variable.
@@ -65,6 +67,9 @@ func (e *UnknownKeyError) line() string {
 		what = "variable"
 	}
 	msg := fmt.Sprintf("%s: unknown %s %q", e.Source, what, e.Key)
+	if e.TRL != "" {
+		return msg + " (a TRL setting; in ortrain: " + e.TRL + ")"
+	}
 	if e.Suggestion != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", e.Suggestion)
 	}
@@ -124,7 +129,13 @@ func checkDoc(p *docProblems, doc map[string]any, t reflect.Type, prefix string,
 	for _, k := range slices.Sorted(maps.Keys(doc)) {
 		f, ok := fieldByTag(t, k)
 		if !ok {
-			p.unknown = append(p.unknown, &UnknownKeyError{Source: p.source, Key: prefix + k, Suggestion: suggestKey(prefix, k, t, all)})
+			uk := &UnknownKeyError{Source: p.source, Key: prefix + k}
+			if trl, ok := TRLEquivalent(k); ok {
+				uk.TRL = trl
+			} else {
+				uk.Suggestion = suggestKey(prefix, k, t, all)
+			}
+			p.unknown = append(p.unknown, uk)
 			continue
 		}
 		v, key := doc[k], prefix+k
