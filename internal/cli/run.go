@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -43,7 +44,10 @@ type RunOptions struct {
 
 	ConfigFile string
 	Resume     bool
-	Overwrite  bool
+	// ResumeOrStart resumes when output_dir has a complete checkpoint and
+	// starts afresh otherwise (--resume-or-start).
+	ResumeOrStart bool
+	Overwrite     bool
 	// ResumeWithChanges accepts a resume whose settings change the batch or
 	// the model (recorded in the run directory).
 	ResumeWithChanges bool
@@ -173,6 +177,7 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 	fs.StringVar(&env, "env", "", "train on this env only: a URL, Owner/Env, or builtin:NAME (replaces the config's envs)")
 	addEnvTargetFlags(fs, &opts.EnvProtocol, &opts.EnvTokenEnv)
 	fs.BoolVar(&opts.Resume, "resume", false, "continue from the latest complete checkpoint in output_dir")
+	fs.BoolVar(&opts.ResumeOrStart, "resume-or-start", false, "continue from output_dir's latest complete checkpoint if it has one, else start afresh there, clearing what an attempt that saved nothing left (for jobs a scheduler may preempt and requeue)")
 	fs.BoolVar(&opts.ResumeWithChanges, "resume-with-changes", false, "with --resume: accept changed batch, model or env settings (recorded in output_dir/resume-changes.jsonl)")
 	fs.BoolVar(&opts.Overwrite, "overwrite", false, "start afresh in an output_dir holding an earlier run (deletes its logs and checkpoints)")
 	fs.BoolVar(&opts.PrintConfig, "print-config", false, "print the resolved config as YAML and exit")
@@ -292,8 +297,16 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if opts.Resume && opts.Overwrite {
 		return usageErrorf("--resume and --overwrite contradict each other: pass one")
 	}
+	if opts.ResumeOrStart {
+		if opts.Resume || opts.Overwrite {
+			return usageErrorf("--resume-or-start decides between --resume and --overwrite itself: pass only it")
+		}
+		if err := chooseResumeOrStart(opts, cfg.OutputDir); err != nil {
+			return err
+		}
+	}
 	if opts.ResumeWithChanges && !opts.Resume {
-		return usageErrorf("--resume-with-changes goes with --resume")
+		return usageErrorf("--resume-with-changes goes with --resume (or --resume-or-start)")
 	}
 	if opts.DryRun {
 		return dryRun(ctx, cfg, opts)
@@ -408,4 +421,23 @@ func parseInterruptAfter(v string) (step int, delay time.Duration, err error) {
 		}
 	}
 	return step, delay, nil
+}
+
+// chooseResumeOrStart turns --resume-or-start into --resume when dir has a
+// complete checkpoint, and into --overwrite when it has none: an attempt
+// that was stopped before its first checkpoint saved nothing to continue.
+// A run still going there is refused either way (its directory is locked).
+func chooseResumeOrStart(opts *RunOptions, dir string) error {
+	ckpt, step, err := train.LatestCheckpoint(dir)
+	switch {
+	case err == nil:
+		opts.Resume = true
+		opts.Logger.Info().Str("checkpoint", ckpt).Int("step", step).Msg("--resume-or-start: resuming")
+	case errors.Is(err, train.ErrNoCheckpoint):
+		opts.Overwrite = true
+		opts.Logger.Info().Str("output_dir", dir).Msg("--resume-or-start: no complete checkpoint, starting afresh")
+	default:
+		return fmt.Errorf("--resume-or-start: %w", err)
+	}
+	return nil
 }
