@@ -17,6 +17,39 @@ type NotFoundError struct {
 	// Path: Name is a local path (it exists, or looks like one), so the fix
 	// is a directory, not a download.
 	Path bool
+	// Steps are the checkpoints beside a missing RUN/checkpoints/step-N
+	// path (their model or adapter directories), newest last.
+	Steps []string
+}
+
+// checkpointSiblings lists the step-* checkpoints (those holding a model/
+// or adapter/ directory) of the checkpoints directory a path points into,
+// for a path such as runs/x/checkpoints/step-000100/model that is missing.
+func checkpointSiblings(name string) []string {
+	clean := filepath.Clean(name)
+	for dir := clean; dir != "." && dir != string(filepath.Separator); dir = filepath.Dir(dir) {
+		if filepath.Base(dir) != "checkpoints" {
+			continue
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, e := range entries {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "step-") {
+				continue
+			}
+			for _, sub := range []string{"model", "adapter"} {
+				p := filepath.Join(dir, e.Name(), sub)
+				if st, err := os.Stat(p); err == nil && st.IsDir() {
+					out = append(out, p)
+				}
+			}
+		}
+		return out // ReadDir sorts by name: step-000002 before step-000010
+	}
+	return nil
 }
 
 func (e *NotFoundError) Error() string {
@@ -27,6 +60,10 @@ func (e *NotFoundError) Error() string {
 	}
 	fmt.Fprintf(&b, "; searched: %s", strings.Join(e.Searched, ", "))
 	switch {
+	case e.Path && len(e.Steps) > 0:
+		fmt.Fprintf(&b, "; the checkpoints there are: %s", strings.Join(e.Steps, ", "))
+	case e.Path && strings.Contains(filepath.ToSlash(e.Name), "checkpoints/"):
+		b.WriteString("; that run has no checkpoint yet (`ortrain run --resume` continues it once one is saved)")
 	case e.Path:
 		fmt.Fprintf(&b, "; pass a directory holding config.json and model.safetensors, or create one with `ortrain init-model --preset tiny --out %s`", e.Name)
 	case repoIDPattern.MatchString(e.Name):
@@ -117,11 +154,11 @@ func Resolve(nameOrDir string, getenv func(string) string) (dir string, searched
 		if what := dirContents(nameOrDir); what != "" {
 			reason += "; " + what
 		}
-		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true}
+		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true, Steps: checkpointSiblings(nameOrDir)}
 	}
 	if !repoIDPattern.MatchString(nameOrDir) {
 		if looksLikePath(nameOrDir) {
-			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "directory " + nameOrDir + " does not exist", Path: true}
+			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "directory " + nameOrDir + " does not exist", Path: true, Steps: checkpointSiblings(nameOrDir)}
 		}
 		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: "no such directory, and not a repo id of the form Org/Name"}
 	}
@@ -137,7 +174,7 @@ func Resolve(nameOrDir string, getenv func(string) string) (dir string, searched
 			if what := dirContents(first); what != "" {
 				reason += "; " + first + "/: " + what
 			}
-			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true}
+			return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason, Path: true, Steps: checkpointSiblings(nameOrDir)}
 		}
 		return "", searched, &NotFoundError{Name: nameOrDir, Searched: searched, Reason: reason}
 	}
