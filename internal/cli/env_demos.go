@@ -51,7 +51,8 @@ write one episode per line to FILE as JSONL in TRL's conversational SFT format:
 {"messages": [user prompt, assistant tool calls, tool answers, ...], "tools":
 [the session's own tool schemas], "reward": R, "task_id": ID}. There is no
 system message: the trainer adds its configured one. Feed the file to
-'ortrain sft --data FILE' to teach a model the env's tool calls before GRPO.
+'ortrain sft --config CONFIG --data FILE' (the config names the model, e.g.
+configs/lockbox.yaml) to teach a model the env's tool calls before GRPO.
 
 NAME is a built-in env (` + strings.Join(demos.Scripts(), ", ") + ` have scripted policies), builtin:NAME, or
 any env target (a URL, Owner/Env) with --script naming the policy to play.
@@ -63,7 +64,7 @@ flags write the same file, byte for byte (--seed picks another draw). The file
 is replaced atomically; a summary line goes to stderr.`,
 		Example: `  # 512 perfect lockbox episodes to teach the two-turn tool call
   ortrain env demos lockbox --n 512 --out lockbox-sft.jsonl
-  ortrain sft --data lockbox-sft.jsonl
+  ortrain sft --config configs/lockbox.yaml --data lockbox-sft.jsonl --output-dir runs/lockbox-sft
 
   # mixed quality, over OpenEnv, from the validation tasks
   ortrain env demos lockbox --n 200 --skill 0.5 --split validation --protocol openenv --out mixed.jsonl

@@ -142,7 +142,7 @@ func TestEnvDemosErrors(t *testing.T) {
 func TestEnvDemosHelp(t *testing.T) {
 	code, stdout, stderr := execCLI(t, nil, "env", "demos", "--help")
 	require.Equal(t, ExitOK, code, stderr)
-	for _, want := range []string{"ortrain sft --data", "--skill", "--seed", "ortrain env demos lockbox"} {
+	for _, want := range []string{"ortrain sft --config configs/lockbox.yaml --data", "--skill", "--seed", "ortrain env demos lockbox"} {
 		assert.Contains(t, stdout, want)
 	}
 	code, stdout, _ = execCLI(t, nil, "env", "--help")
