@@ -25,6 +25,10 @@ func TestEnvCheckBuiltins(t *testing.T) {
 		{"builtin:letters", "", "env check (ORS)"},
 		{"builtin:lockbox", "openenv", "env check (OpenEnv)"},
 		{"builtin:guess", "", "env check (OpenEnv)"},
+		{"builtin:echo", "", "env check (ORS)"},
+		{"builtin:echo", "openenv", "env check (OpenEnv)"},
+		{"builtin:letters", "openenv", "env check (OpenEnv)"},
+		{"builtin:mcp-echo", "", "env check (OpenEnv)"},
 	} {
 		t.Run(tc.target+"/"+tc.protocol, func(t *testing.T) {
 			dir := t.TempDir()
