@@ -337,6 +337,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		lib.Close()
 		return nil, nil, err
 	}
+	warnLargeOnCPU(opts.Device, opts.DType, m.Config().NumParams(), g.LoRA.Enabled, log)
 	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path}
 	if resumeDir != "" {
 		if err := p.restore(ctx, resumeDir); err != nil {
