@@ -6,7 +6,10 @@ LDFLAGS := -X github.com/ortrain/ortrain/internal/cli.version=$(VERSION)
 
 .PHONY: build test test-tools bench-tools test-go lint install setup worker demo bench clean
 
-build:
+# build: ortrain and what its commands need (libtorch and the worker, as
+# setup installs and builds them; both are incremental, so a second build
+# only relinks what changed).
+build: setup
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ortrain
 
 # setup installs libtorch (Debian libtorch-dev on CPU machines, or the
