@@ -348,7 +348,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	if err != nil {
 		return err
 	}
-	if world.Rank == 0 {
+	// Under --nproc-per-node the launcher prints it, once (rank 0's
+	// output is echoed to the terminal as well).
+	if world.Rank == 0 && world.Source != "nproc-per-node" {
 		fmt.Fprintf(opts.IO.Out, "%s\n", res.Checkpoint)
 	}
 	return nil

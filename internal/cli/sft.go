@@ -145,7 +145,7 @@ func runSFT(ctx context.Context, opts *RunOptions) error {
 	if err != nil {
 		return err
 	}
-	if world.Rank == 0 && res.Model != "" {
+	if world.Rank == 0 && world.Source != "nproc-per-node" && res.Model != "" { // the launcher prints it under --nproc-per-node
 		fmt.Fprintf(opts.IO.Out, "%s\n", res.Model)
 	}
 	return nil

@@ -57,7 +57,12 @@ var ErrInterrupted = errors.New("interrupted: every rank was stopped")
 
 // launcherVars are replaced in each rank's environment.
 var launcherVars = []string{"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
-	"SLURM_PROCID=", "SLURM_STEP_ID=", "SLURM_STEPID="}
+	"SLURM_PROCID=", "SLURM_STEP_ID=", "SLURM_STEPID=", LauncherVar + "="}
+
+// LauncherVar names the launcher that set a rank's RANK family when it was
+// not torchrun: ortrain's own --nproc-per-node sets it to "nproc-per-node",
+// so logs say what started the ranks.
+const LauncherVar = "ORTRAIN_LAUNCHER"
 
 // RankEnv is env with the launcher variables of rank in a world of size
 // on this machine.
@@ -76,7 +81,7 @@ func RankEnv(env []string, rank, size, port int) []string {
 		}
 	}
 	return append(out, "RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(size), "LOCAL_RANK="+strconv.Itoa(rank),
-		"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), LauncherVar+"=nproc-per-node")
 }
 
 // RunLocal starts NProc ranks and supervises them: it returns nil when all

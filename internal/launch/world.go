@@ -25,7 +25,8 @@ type World struct {
 	MasterAddr string
 	MasterPort int
 	// Source names where the values came from: "torchrun" (the RANK
-	// family), "slurm", or "single" (no launcher: one process).
+	// family), "nproc-per-node" (ortrain's own local ranks), "slurm", or
+	// "single" (no launcher: one process).
 	Source string
 }
 
@@ -63,6 +64,9 @@ func FromEnv(getenv func(string) string) (World, error) {
 
 func fromTorchrun(getenv func(string) string) (World, error) {
 	w := World{Source: "torchrun"}
+	if l := getenv(LauncherVar); l != "" {
+		w.Source = l // ortrain's --nproc-per-node sets the same variables
+	}
 	var err error
 	if w.WorldSize, err = intVar(getenv, "WORLD_SIZE", -1, 1); err != nil {
 		return World{}, err

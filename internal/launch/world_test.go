@@ -29,6 +29,8 @@ func TestFromEnv(t *testing.T) {
 			"SLURM_STEP_NODELIST": "a1,b2", "SLURM_JOB_NODELIST": "z[1-9]", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "4000"},
 			World{Rank: 1, WorldSize: 2, LocalRank: 0, LocalWorldSize: 1, MasterAddr: "10.0.0.1", MasterPort: 4000, Source: "slurm"}},
 		{"batch script without srun is one process", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "n[1-2]"}, Single()},
+		{"ortrain --nproc-per-node", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "ORTRAIN_LAUNCHER": "nproc-per-node"},
+			World{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29400, Source: "nproc-per-node"}},
 		{"world of one needs no master", map[string]string{"RANK": "0", "WORLD_SIZE": "1"},
 			World{Rank: 0, WorldSize: 1, LocalRank: 0, LocalWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "torchrun"}},
 	}
