@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/ortrain/ortrain/internal/envs"
 	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/ors/orsserver"
+	"github.com/ortrain/ortrain/internal/runlock"
 	"github.com/ortrain/ortrain/internal/train"
 	"github.com/ortrain/ortrain/internal/worker"
 )
@@ -288,6 +290,22 @@ func TestDryRunChecksWhatTheRunWouldFailOn(t *testing.T) {
 	assert.Equal(t, ExitUsage, code, errOut)
 	assert.Contains(t, errOut, "engine.vllm_command")
 	assert.NoDirExists(t, fresh, "--dry-run creates nothing")
+
+	// Every problem at once: a directory a live run holds, and a vLLM
+	// server nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	live := filepath.Join(dir, "live")
+	lock, err := runlock.Acquire(live, "run")
+	require.NoError(t, err)
+	defer lock.Release()
+	code, _, errOut = execCLI(t, map[string]string{"ORTRAIN_ENGINE_VLLM_URLS": `["` + closed + `"]`},
+		"run", "--dry-run", "--output-dir", live, "--engine", "vllm")
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "is in use by a run that is still going")
+	assert.Contains(t, errOut, closed)
 }
 
 // Issue 23: a missing model is a usage error (exit 3) in run and eval as in

@@ -8,83 +8,144 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/vllm"
 )
 
 // Check loads what a run would load — the model, its tokenizer and chat
 // template, every env and the tools the config names, the worker with the
-// model, vLLM when engine.kind is vllm — and checks output_dir as the run
-// would (for --dry-run). It creates nothing: a model the preset would
-// create is made in a temporary directory. report is called after each
-// part that passed.
+// model, vLLM (the command that launches replicas, or every server of
+// engine.vllm_urls with the routes the run uses) — and checks output_dir as
+// the run would, its lock included (for --dry-run). It creates nothing: a
+// model the preset would create is made in a temporary directory. report
+// is called after each part that passed; every part that can be checked is,
+// and the error joins every problem found (errors.As finds each).
 func Check(ctx context.Context, cfg *config.Config, ro RunOptions, report func(part, detail string)) error {
+	var problems []error
+	fail := func(part string, err error) { problems = append(problems, fmt.Errorf("%s: %w", part, err)) }
 	if _, err := planRunChecks(cfg, ro); err != nil {
-		return err
+		fail("output", err)
+	} else {
+		report("output", cfg.OutputDir)
 	}
-	report("output", cfg.OutputDir)
-	set, err := compileRewards(cfg)
+	if set, err := compileRewards(cfg); err != nil {
+		fail("rewards", err)
+	} else {
+		report("rewards", strings.Join(set.Names(), ", "))
+	}
+	dir, cleanup, err := checkModel(cfg, ro, report)
+	defer cleanup()
 	if err != nil {
-		return err
+		fail("model", err)
+	} else if _, err := LoadChat(dir, cfg.Chat); err != nil {
+		fail("tokenizer", err)
+	} else {
+		report("tokenizer", "and chat template")
 	}
-	report("rewards", strings.Join(set.Names(), ", "))
+	if envList, err := connectEnvs(ctx, cfg.Envs, ro.Getenv, ro.Logger); err != nil {
+		fail("envs", err)
+	} else {
+		if err := checkFinalAnswerTools(ctx, cfg, envList); err != nil {
+			fail("envs", err)
+		}
+		for _, e := range envList {
+			report("env", fmt.Sprintf("%s (%s over %s, split %s, %d tasks)", e.Key, e.Config.Target, e.Conn.Protocol(), e.Config.Split, len(e.Indices)))
+		}
+		closeEnvs(envList)
+	}
+	if err := checkVLLM(cfg, ro); err != nil {
+		fail("vllm", err)
+	} else if err := checkVLLMServers(ctx, cfg, report); err != nil {
+		fail("vllm", err)
+	}
+	if err := checkAgent(cfg); err != nil {
+		fail("agent", err)
+	} else {
+		switch {
+		case cfg.Agent.URL != "":
+			report("agent", cfg.Agent.URL)
+		case cfg.Agent.Enabled():
+			report("agent", strings.Join(absoluteArgs(cfg.Agent.Command), " "))
+		}
+	}
+	if dir != "" {
+		probe := *cfg
+		probe.Model = dir
+		if lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.Getenv, zerolog.Nop()); err != nil {
+			fail("worker", err)
+		} else {
+			p.m.Close()
+			if err := lib.Close(); err != nil {
+				fail("worker", err)
+			} else {
+				report("worker", "loaded the model on "+cfg.Worker.Device)
+			}
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// checkModel finds (or, for init_model_preset, creates in a temporary
+// directory) the model the run would load; cleanup removes what it made.
+func checkModel(cfg *config.Config, ro RunOptions, report func(part, detail string)) (dir string, cleanup func(), err error) {
+	cleanup = func() {}
 	probe := *cfg
 	if _, err := os.Stat(cfg.Model); cfg.InitModelPreset != "" && errors.Is(err, os.ErrNotExist) {
 		tmp, err := os.MkdirTemp("", "ortrain-dry-run-")
 		if err != nil {
-			return err
+			return "", cleanup, err
 		}
-		defer os.RemoveAll(tmp)
+		cleanup = func() { os.RemoveAll(tmp) }
 		probe.Model = filepath.Join(tmp, "model")
 	}
-	dir, err := PrepareModel(&probe, ro.Getenv, zerolog.Nop())
+	dir, err = PrepareModel(&probe, ro.Getenv, zerolog.Nop())
 	if err != nil {
-		return err
+		return "", cleanup, err
 	}
 	if probe.Model != cfg.Model {
 		report("model", fmt.Sprintf("%s (would be created from init_model_preset %s)", cfg.Model, cfg.InitModelPreset))
 	} else {
 		report("model", dir)
 	}
-	if _, err := LoadChat(dir, cfg.Chat); err != nil {
-		return err
+	return dir, cleanup, nil
+}
+
+// checkVLLMServers probes every server of engine.vllm_urls as a run would
+// at start: it lists the model, answers a token-id completion with
+// log-probs, and has the routes the weight sync needs. Nothing is paused
+// or loaded.
+func checkVLLMServers(ctx context.Context, cfg *config.Config, report func(part, detail string)) error {
+	e := cfg.Engine
+	if e.Kind != "vllm" || len(e.VLLMURLs) == 0 {
+		return nil
 	}
-	report("tokenizer", "and chat template")
-	envList, err := connectEnvs(ctx, cfg.Envs, ro.Getenv, ro.Logger)
-	if err != nil {
-		return err
+	needs := vllm.Needs{FullSync: !cfg.GRPO.LoRA.Enabled, LoRA: cfg.GRPO.LoRA.Enabled}
+	var problems []error
+	for _, u := range e.VLLMURLs {
+		c, err := vllm.NewClient(u, nil)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		c = c.WithAPIKey(e.VLLMAPIKey)
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		card, err := vllm.Probe(pctx, c, needs)
+		ver, _ := c.Version(pctx)
+		cancel()
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		if ver == "" {
+			ver = "version unknown"
+		}
+		report("vllm", fmt.Sprintf("%s serves %s (%s)", u, card.ID, ver))
 	}
-	defer closeEnvs(envList)
-	if err := checkFinalAnswerTools(ctx, cfg, envList); err != nil {
-		return err
-	}
-	for _, e := range envList {
-		report("env", fmt.Sprintf("%s (%s over %s, split %s, %d tasks)", e.Key, e.Config.Target, e.Conn.Protocol(), e.Config.Split, len(e.Indices)))
-	}
-	if err := checkVLLM(cfg, ro); err != nil {
-		return err
-	}
-	if err := checkAgent(cfg); err != nil {
-		return err
-	}
-	switch {
-	case cfg.Agent.URL != "":
-		report("agent", cfg.Agent.URL)
-	case cfg.Agent.Enabled():
-		report("agent", strings.Join(absoluteArgs(cfg.Agent.Command), " "))
-	}
-	lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.Getenv, zerolog.Nop())
-	if err != nil {
-		return err
-	}
-	p.m.Close()
-	if err := lib.Close(); err != nil {
-		return err
-	}
-	report("worker", "loaded the model on "+cfg.Worker.Device)
-	return nil
+	return errors.Join(problems...)
 }
 
 // checkVLLM: with engine.kind vllm and no vllm_urls, the command that
