@@ -277,7 +277,7 @@ func loadVocabMerges(dir string, cfg tokenizerConfig, opts LoadOptions) (*Tokeni
 	vocabPath := filepath.Join(dir, "vocab.json")
 	data, err := os.ReadFile(vocabPath)
 	if err != nil {
-		return nil, fmt.Errorf("model directory %s has neither tokenizer.json nor vocab.json: %w", dir, err)
+		return nil, &MissingTokenizerError{Dir: dir, Err: err}
 	}
 	var vocab map[string]int32
 	if err := json.Unmarshal(data, &vocab); err != nil {
@@ -351,3 +351,17 @@ func invertVocab(vocab map[string]int32) []string {
 	}
 	return out
 }
+
+// MissingTokenizerError: a model directory has no tokenizer (neither
+// tokenizer.json nor vocab.json). Callers treat it as the user's fix.
+type MissingTokenizerError struct {
+	Dir string
+	Err error
+}
+
+func (e *MissingTokenizerError) Error() string {
+	return fmt.Sprintf("model directory %s has no tokenizer: neither tokenizer.json nor vocab.json (with merges.txt); copy the model's tokenizer files there "+
+		"(`hf download ORG/NAME` fetches them with the weights)", e.Dir)
+}
+
+func (e *MissingTokenizerError) Unwrap() error { return e.Err }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/model"
@@ -82,6 +83,8 @@ func isUsage(err error) bool {
 	var oeAuth *openenv.AuthError
 	switch {
 	case errors.As(err, &noModel): // a missing model is 3 in every command (run, eval, serve-vllm, …)
+		return true
+	case errors.As(err, new(*model.IncompleteError)), errors.As(err, new(*chat.MissingTokenizerError)): // so is one missing its weights or tokenizer
 		return true
 	case errors.As(err, &proto): // speaks neither protocol (or not the pinned one), whatever protocol says
 		return true

@@ -332,3 +332,27 @@ func TestMissingModelExitCodeAndNoEmptyRunDir(t *testing.T) {
 		})
 	}
 }
+
+// A model directory without its weights or its tokenizer is the user's to
+// fix, like a missing model: exit 3, naming what is missing.
+func TestIncompleteModelIsAUsageError(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := execCLI(t, nil, "init-model", "--preset", "tiny", "--out", filepath.Join(dir, "noweights"))
+	require.Equal(t, ExitOK, code, errOut)
+	code, _, errOut = execCLI(t, nil, "init-model", "--preset", "tiny", "--out", filepath.Join(dir, "notokenizer"))
+	require.Equal(t, ExitOK, code, errOut)
+	require.NoError(t, os.Remove(filepath.Join(dir, "noweights", "model.safetensors")))
+	require.NoError(t, os.Remove(filepath.Join(dir, "notokenizer", "tokenizer.json")))
+	env := map[string]string{"ORTRAIN_WORKER_LIB": os.Getenv("ORTRAIN_WORKER_LIB")}
+	for _, tc := range []struct{ model, wantIn string }{
+		{"notokenizer", "has no tokenizer"},
+		{"noweights", "is incomplete: it has no weights"},
+	} {
+		code, _, errOut := execCLI(t, env, "run", "--model", filepath.Join(dir, tc.model), "--output-dir", filepath.Join(dir, "run-"+tc.model), "--max-steps", "1")
+		if tc.model == "noweights" && strings.Contains(errOut, "worker library") {
+			t.Skip("the weights are read by the worker, which is not built here")
+		}
+		assert.Equal(t, ExitUsage, code, "%s: %s", tc.model, errOut)
+		assert.Contains(t, errOut, tc.wantIn, tc.model)
+	}
+}

@@ -46,7 +46,7 @@ func WeightFiles(dir string) ([]string, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, SingleWeightsFile)); err != nil {
-		return nil, fmt.Errorf("model directory %s has neither %s nor %s", dir, SingleWeightsFile, ShardedWeightsFile)
+		return nil, &IncompleteError{Dir: dir, Missing: "weights: neither " + SingleWeightsFile + " nor " + ShardedWeightsFile}
 	}
 	return []string{SingleWeightsFile}, nil
 }
@@ -160,4 +160,15 @@ func hashFile(h io.Writer, dir, name string) error {
 		return fmt.Errorf("hash model file %s: %w", f.Name(), err)
 	}
 	return nil
+}
+
+// IncompleteError: a model directory lacks files every load needs (its
+// weights). A user's fix, like a missing model: the command exits 3.
+type IncompleteError struct {
+	Dir, Missing string
+}
+
+func (e *IncompleteError) Error() string {
+	return fmt.Sprintf("model directory %s is incomplete: it has no %s; a model directory holds config.json, the weights and the tokenizer "+
+		"(`hf download ORG/NAME` fetches them all; `ortrain init-model` makes a random one)", e.Dir, e.Missing)
 }
