@@ -31,6 +31,9 @@ func flagHint(cmd *cobra.Command, name string) string {
 	if dashed != name && cmd.Flags().Lookup(dashed) != nil {
 		return "ortrain's flags are spelled with dashes: --" + dashed
 	}
+	if cmd.Flags().Lookup("config") == nil {
+		return "" // a command that reads no config: its flags are all there is
+	}
 	if trl, ok := config.TRLEquivalent(name); ok {
 		return "a TRL setting; in ortrain: " + trl
 	}

@@ -191,11 +191,11 @@ func findServerProgram(program, self string) error {
 	}
 	if _, err := exec.LookPath(program); err != nil {
 		if program == "vllm" {
-			return fmt.Errorf("vllm is not installed (not on PATH): install it with `pip install vllm` "+
+			return usageErrorf("vllm is not installed (not on PATH): install it with `pip install vllm` "+
 				"in the Python environment on your PATH, or pass --command with the server to run, "+
 				"e.g. --command \"ortrain serve-engine\" for ortrain's own engine (no vLLM, no GPU): %w", err)
 		}
-		return fmt.Errorf("--command program %q cannot be run: %w", program, err)
+		return usageErrorf("--command program %q cannot be run: %w", program, err)
 	}
 	return nil
 }

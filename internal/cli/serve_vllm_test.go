@@ -215,7 +215,7 @@ func TestServeVLLMWithoutVLLMSaysWhatToDo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			code, _, errOut := execCLI(t, nil, tt.args...)
-			assert.Equal(t, ExitError, code, errOut)
+			assert.Equal(t, ExitUsage, code, errOut, "as in run: installing vLLM or naming another server is the user's fix")
 			for _, m := range tt.msgs {
 				assert.Contains(t, errOut, m)
 			}
