@@ -355,4 +355,13 @@ func TestIncompleteModelIsAUsageError(t *testing.T) {
 		assert.Equal(t, ExitUsage, code, "%s: %s", tc.model, errOut)
 		assert.Contains(t, errOut, tc.wantIn, tc.model)
 	}
+
+	// --device cuda with a worker built against a CPU-only libtorch (the
+	// test machines' worker): the field and the fix, not libtorch's words alone.
+	code, _, errOut = execCLI(t, nil, "init-model", "--preset", "tiny", "--out", filepath.Join(dir, "whole"))
+	require.Equal(t, ExitOK, code, errOut)
+	code, _, errOut = execCLI(t, env, "run", "--model", filepath.Join(dir, "whole"), "--output-dir", filepath.Join(dir, "run-cuda"), "--max-steps", "1", "--device", "cuda")
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "worker.device")
+	assert.Contains(t, errOut, "--device cpu")
 }

@@ -335,6 +335,14 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 	m, err := lib.LoadModel(ctx, opts)
 	if err != nil {
 		lib.Close()
+		if strings.HasPrefix(opts.Device, "cuda") && strings.Contains(strings.ToLower(err.Error()), "cuda") {
+			// libtorch's own words ("not linked with support for cuda
+			// devices", "no CUDA GPUs are available") name no fix.
+			return nil, nil, &config.FieldError{Field: "worker.device", Value: opts.Device,
+				Allowed: fmt.Sprintf("cpu, or a CUDA device this worker can use: the worker (%s) could not load the model on %s (%v); "+
+					"build it against a CUDA libtorch (scripts/install-libtorch.sh uses a pip torch's, then scripts/build-worker.sh) on a machine with a GPU, or pass --device cpu",
+					path, opts.Device, err)}
+		}
 		return nil, nil, err
 	}
 	warnLargeOnCPU(opts.Device, opts.DType, m.Config().NumParams(), g.LoRA.Enabled, log)
