@@ -86,6 +86,8 @@ func isUsage(err error) bool {
 		return true
 	case errors.As(err, new(*model.IncompleteError)), errors.As(err, new(*chat.MissingTokenizerError)): // so is one missing its weights or tokenizer
 		return true
+	case errors.As(err, new(*envtarget.NoTaskListError)): // an OpenEnv env needs tasks: or num_tasks
+		return true
 	case errors.As(err, &proto): // speaks neither protocol (or not the pinned one), whatever protocol says
 		return true
 	case errors.As(err, &oeAuth):

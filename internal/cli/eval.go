@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ortrain/ortrain/internal/envtarget"
 	"github.com/ortrain/ortrain/internal/train"
 )
 
@@ -45,7 +47,8 @@ Each eval writes to its own directory, never to a training run's files:
 result.json (the results, the model path, its sha256 and checkpoint step) and
 trajectories.jsonl. By default that is RUN_DIR/eval/<step>-<time>/ when --model
 is a run's checkpoint (runs/x/checkpoints/step-N/model), where
-'ortrain report RUN_DIR' shows it, else output_dir/eval/<time>/; --eval-dir
+'ortrain report RUN_DIR' shows it, else output_dir/eval/<model>-<time>/ (output_dir
+is runs/latest when no config names one); --eval-dir
 picks another.`,
 		Example: `  # the quickstart's policy after training
   ortrain eval --model runs/quickstart/checkpoints/step-000100/model --num-generations 4
@@ -76,7 +79,7 @@ picks another.`,
 	fs.IntVarP(&opts.NumGenerations, "num-generations", "n", 4, "rollouts per task (pass@k for k up to n)")
 	fs.Float64Var(&opts.PassThreshold, "pass-threshold", 1.0, "reward at or above which a rollout passes")
 	fs.StringVar(&opts.Format, "format", "table", "output: table, json or jsonl")
-	fs.StringVar(&opts.Dir, "eval-dir", "", "write result.json and trajectories.jsonl here (default: RUN_DIR/eval/<step>-<time> for a checkpoint, else output_dir/eval/<time>)")
+	fs.StringVar(&opts.Dir, "eval-dir", "", "write result.json and trajectories.jsonl here (default: RUN_DIR/eval/<step>-<time> for a checkpoint, else output_dir/eval/<model>-<time>; output_dir is runs/latest without a config)")
 	addConfigFlags(fs, opts.Run.Flags, append([]string{"num-generations"}, runOnlyFlags...)...)
 	return cmd
 }
@@ -112,6 +115,10 @@ func runEval(ctx context.Context, opts *EvalOptions, splitSet bool) error {
 		Dir: opts.Dir, OnStart: prog.start, OnRollout: prog.rollout,
 	})
 	prog.finish()
+	var noTasks *envtarget.NoTaskListError
+	if errors.As(err, &noTasks) && opts.Env != "" {
+		return usageErrorf("%s speaks OpenEnv, which has no task list: pass --num-tasks N (episodes reset with seed 0..N-1), or use a --config whose env entry has tasks: FILE.jsonl", opts.Env)
+	}
 	if err != nil {
 		return err
 	}

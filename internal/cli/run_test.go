@@ -365,3 +365,14 @@ func TestIncompleteModelIsAUsageError(t *testing.T) {
 	assert.Contains(t, errOut, "worker.device")
 	assert.Contains(t, errOut, "--device cpu")
 }
+
+// An OpenEnv env has no task list: eval --env names its own flag.
+func TestEvalOpenEnvWithoutTasksNamesTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := execCLI(t, nil, "init-model", "--preset", "tiny", "--out", filepath.Join(dir, "m"))
+	require.Equal(t, ExitOK, code, errOut)
+	env := map[string]string{"ORTRAIN_WORKER_LIB": os.Getenv("ORTRAIN_WORKER_LIB")}
+	code, _, errOut = execCLI(t, env, "eval", "--model", filepath.Join(dir, "m"), "--env", "builtin:guess", "-n", "1", "--eval-dir", filepath.Join(dir, "e"))
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "--num-tasks")
+}

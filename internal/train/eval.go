@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 
@@ -192,12 +193,16 @@ func writeEvalDir(res *EvalResult, trajs []*rollout.Trajectory, totals []float64
 // NewEvalDir creates and returns a fresh directory for an eval of the model
 // at modelPath: RUN/eval/<step>-<time>/ when modelPath is a run's
 // checkpoint (RUN/checkpoints/step-N or its model/), else
-// outputDir/eval/<time>/. step is the checkpoint's step, nil otherwise.
+// outputDir/eval/<model>-<time>/. The path is absolute, so every message
+// names it the same way. step is the checkpoint's step, nil otherwise.
 func NewEvalDir(modelPath, outputDir string, now time.Time) (dir string, step *int, err error) {
 	stamp := now.UTC().Format("20060102-150405")
-	parent, name := filepath.Join(outputDir, "eval"), stamp
+	parent, name := filepath.Join(outputDir, "eval"), evalName(modelPath)+"-"+stamp
 	if run, n, ok := checkpointOf(modelPath); ok {
 		parent, name, step = filepath.Join(run, "eval"), fmt.Sprintf("%06d-%s", n, stamp), &n
+	}
+	if parent, err = filepath.Abs(parent); err != nil {
+		return "", nil, fmt.Errorf("eval directory: %w", err)
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", nil, fmt.Errorf("create eval directory: %w", err)
@@ -322,4 +327,20 @@ func writeEvalTrajectories(path string, trajs []*rollout.Trajectory, totals []fl
 		}
 	}
 	return nil
+}
+
+// evalName is a model's name as a directory name: the last element of its
+// path or repo id (Qwen/Qwen3-4B → Qwen3-4B).
+func evalName(modelPath string) string {
+	name := filepath.Base(filepath.Clean(modelPath))
+	name = strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || unicode.IsLetter(r) || unicode.IsDigit(r) {
+			return r
+		}
+		return '-'
+	}, name)
+	if name == "" || name == "." || name == ".." {
+		return "model"
+	}
+	return name
 }

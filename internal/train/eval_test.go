@@ -92,14 +92,15 @@ func TestNewEvalDir(t *testing.T) {
 	}{
 		{"checkpoint model dir", filepath.Join(ck, "model"), filepath.Join(root, "run", "eval", "000100-20261123-223005"), 100},
 		{"checkpoint dir", ck + "/", filepath.Join(root, "run", "eval", "000100-20261123-223005-2"), 100},
-		{"plain model dir", filepath.Join(root, "models", "tiny"), filepath.Join(root, "out", "eval", "20261123-223005"), -1},
-		{"hub repo id", "Qwen/Qwen3-4B", filepath.Join(root, "out", "eval", "20261123-223005-2"), -1},
-		{"step dir outside checkpoints", filepath.Join(root, "x", "step-000003", "model"), filepath.Join(root, "out", "eval", "20261123-223005-3"), -1},
-		{"step name not a number", filepath.Join(root, "run", "checkpoints", "step-last", "model"), filepath.Join(root, "out", "eval", "20261123-223005-4"), -1},
+		{"plain model dir", filepath.Join(root, "models", "tiny"), filepath.Join(root, "out", "eval", "tiny-20261123-223005"), -1},
+		{"hub repo id", "Qwen/Qwen3-4B", filepath.Join(root, "out", "eval", "Qwen3-4B-20261123-223005"), -1},
+		{"step dir outside checkpoints", filepath.Join(root, "x", "step-000003", "model"), filepath.Join(root, "out", "eval", "model-20261123-223005"), -1},
+		{"step name not a number", filepath.Join(root, "run", "checkpoints", "step-last", "model"), filepath.Join(root, "out", "eval", "model-20261123-223005-2"), -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir, step, err := NewEvalDir(tt.model, filepath.Join(root, "out"), now)
+			assert.True(t, filepath.IsAbs(dir), "always absolute: %s", dir)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantDir, dir)
 			assert.DirExists(t, dir)
