@@ -50,3 +50,11 @@ func TestResumeOrStart(t *testing.T) {
 		assert.Contains(t, errOut, "--resume-or-start decides")
 	}
 }
+
+// TestResumeCommand: an interrupted run says how to continue it, with
+// its own flags and --resume instead of what chose a fresh start.
+func TestResumeCommand(t *testing.T) {
+	assert.Equal(t, "bin/ortrain run --config=my.yaml --max-steps=5 --resume",
+		resumeCommand("bin/ortrain", []string{"run", "--config=my.yaml", "--overwrite=true", "--max-steps=5", "--interrupt-after=2"}))
+	assert.Equal(t, "ortrain run '--env=a b' --resume", resumeCommand("", []string{"run", "--env=a b", "--resume-or-start=true"}))
+}

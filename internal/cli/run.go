@@ -345,6 +345,9 @@ func runRun(ctx context.Context, opts *RunOptions, env string) error {
 	res, err := train.Run(ctx, cfg, ro)
 	prog.finish()
 	printRunSummary(opts.IO.ErrOut, opts.Argv0, res)
+	if isInterrupted(err) && res != nil && res.Checkpoint != "" && opts.args != nil {
+		fmt.Fprintf(opts.IO.ErrOut, "  continue    %s\n", resumeCommand(opts.Argv0, opts.args()))
+	}
 	if err != nil {
 		return err
 	}
@@ -442,4 +445,23 @@ func chooseResumeOrStart(opts *RunOptions, dir string) error {
 		return fmt.Errorf("--resume-or-start: %w", err)
 	}
 	return nil
+}
+
+// resumeCommand is the command that continues an interrupted run: the same
+// flags (as rankArgs gives them, "run --flag=value"), with whatever chose
+// a fresh start or a fault replaced by --resume.
+func resumeCommand(argv0 string, args []string) string {
+	if argv0 == "" {
+		argv0 = "ortrain"
+	}
+	out := []string{shellQuote(argv0)}
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		switch name {
+		case "--overwrite", "--resume", "--resume-or-start", "--interrupt-after":
+			continue
+		}
+		out = append(out, shellQuote(a))
+	}
+	return strings.Join(append(out, "--resume"), " ")
 }

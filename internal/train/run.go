@@ -346,6 +346,9 @@ func finishRun(ctx context.Context, cfg *config.Config, ro RunOptions, loop *ste
 	switch {
 	case runErr == nil:
 		return res, nil
+	case ctx.Err() != nil && errors.Is(runErr, context.Canceled) && !errors.Is(runErr, ErrTooManyFailures):
+		// The interrupt itself: "context canceled" says nothing more.
+		return res, fmt.Errorf("%w at step %d (%s)", ErrInterrupted, loop.Step(), savedNote(ro, res, loop.Step()))
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("%w at step %d (%s): %v", ErrInterrupted, loop.Step(), savedNote(ro, res, loop.Step()), runErr)
 	case res.Checkpoint != "":
