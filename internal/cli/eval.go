@@ -81,6 +81,7 @@ picks another.`,
 	fs.StringVar(&opts.Format, "format", "table", "output: table, json or jsonl")
 	fs.StringVar(&opts.Dir, "eval-dir", "", "write result.json and trajectories.jsonl here (default: RUN_DIR/eval/<step>-<time> for a checkpoint, else output_dir/eval/<model>-<time>; output_dir is runs/latest without a config)")
 	addConfigFlags(fs, opts.Run.Flags, append([]string{"num-generations"}, runOnlyFlags...)...)
+	addSetFlag(fs, &opts.Run.Sets)
 	return cmd
 }
 

@@ -49,5 +49,5 @@ func flagHint(cmd *cobra.Command, name string) string {
 	if strings.Contains(key, "[]") {
 		return fmt.Sprintf("it is the config key %s: set it in the --config YAML", key)
 	}
-	return fmt.Sprintf("it is the config key %s: set it in the --config YAML or as %s=VALUE", key, config.EnvVarFor(key))
+	return fmt.Sprintf("it is the config key %s: --set %s=VALUE (or %s=VALUE, or the --config YAML)", key, key, config.EnvVarFor(key))
 }

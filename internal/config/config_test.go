@@ -432,3 +432,34 @@ func TestTRLNamesPointToOrtrainKeys(t *testing.T) {
 	assert.Equal(t, "grpo.gradient_accumulation_steps", KeyForLeaf("gradient-accumulation-steps"))
 	assert.Equal(t, "", KeyForLeaf("nope"))
 }
+
+// TestSetAnyKey: --set KEY=VALUE sets any config key, parsed by its type,
+// above the environment and below named flags; a wrong key or value is
+// named with the nearest key.
+func TestSetAnyKey(t *testing.T) {
+	cfg, err := Load(Source{Sets: []string{"grpo.beta=0.04", "engine.vllm_urls=[\"http://a:8000\"]", "worker.shard=optimizer"},
+		Getenv: func(k string) string {
+			if k == "ORTRAIN_GRPO_BETA" {
+				return "0.5"
+			}
+			return ""
+		}})
+	require.NoError(t, err)
+	assert.Equal(t, 0.04, cfg.GRPO.Beta, "--set wins over the environment")
+	assert.Equal(t, []string{"http://a:8000"}, cfg.Engine.VLLMURLs)
+	assert.Equal(t, "optimizer", cfg.Worker.Shard)
+
+	_, err = Load(Source{Sets: []string{"grpo.learnig_rate=1"}})
+	var uk *UnknownKeyError
+	require.ErrorAs(t, err, &uk)
+	assert.Equal(t, SetSource, uk.Source)
+	assert.Equal(t, "grpo.learning_rate", uk.Suggestion)
+	_, err = Load(Source{Sets: []string{"grpo.use_vllm=true"}})
+	require.ErrorAs(t, err, &uk)
+	assert.Contains(t, uk.TRL, "engine.kind")
+	_, err = Load(Source{Sets: []string{"grpo.beta=lots"}})
+	var te *TypeError
+	require.ErrorAs(t, err, &te)
+	_, err = Load(Source{Sets: []string{"no-equals-sign"}})
+	assert.Error(t, err)
+}

@@ -37,6 +37,10 @@ type Source struct {
 	// Flags maps config keys to the flags that set them; only flags the user
 	// changed override lower layers.
 	Flags map[string]*pflag.Flag
+	// Sets are KEY=VALUE assignments of any config key (--set), each value
+	// read as its ORTRAIN_* variable would be; above the environment,
+	// below the named flags.
+	Sets []string
 }
 
 // EnvVarFor returns the environment variable that sets key.
@@ -92,6 +96,9 @@ func Resolve(src Source) (*Config, error) {
 		envDoc, errs = envLayer(src.Getenv)
 		problems = append(problems, errs...)
 	}
+	setDoc, setUnknown, errs := setLayer(src.Sets)
+	problems = append(problems, errs...)
+	unknown = append(unknown, setUnknown...)
 	flagDoc, errs := flagLayer(src.Flags)
 	problems = append(problems, errs...)
 	if len(unknown) > 0 {
@@ -108,7 +115,7 @@ func Resolve(src Source) (*Config, error) {
 	layers := []struct {
 		name string
 		doc  map[string]any
-	}{{"config file " + fileName, doc}, {EnvPrefix + "* environment", envDoc}, {"flags", flagDoc}}
+	}{{"config file " + fileName, doc}, {EnvPrefix + "* environment", envDoc}, {"--set", setDoc}, {"flags", flagDoc}}
 	for _, l := range layers {
 		if len(l.doc) == 0 {
 			continue
@@ -220,6 +227,50 @@ func envLayer(getenv func(string) string) (map[string]any, []error) {
 		setPath(doc, strings.Split(key, "."), val)
 	}
 	return doc, errs
+}
+
+// SetSource is UnknownKeyError.Source for a --set assignment.
+const SetSource = "--set"
+
+// setLayer builds a nested document of --set KEY=VALUE assignments, each
+// value parsed by its key's type (lists and maps as JSON or YAML, as for
+// ORTRAIN_* variables). A key that is not one is an UnknownKeyError with
+// the nearest key; list items (envs[].target) are set in the file.
+func setLayer(sets []string) (map[string]any, []*UnknownKeyError, []error) {
+	doc := map[string]any{}
+	var unknown []*UnknownKeyError
+	var errs []error
+	t := reflect.TypeOf(Config{})
+	all := Keys()
+	for _, kv := range sets {
+		key, raw, ok := strings.Cut(kv, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			errs = append(errs, fmt.Errorf("--set %q: want KEY=VALUE, e.g. --set grpo.beta=0.04", kv))
+			continue
+		}
+		ft := typeAt(t, strings.Split(key, "."))
+		if ft == nil || !slices.Contains(all, key) {
+			uk := &UnknownKeyError{Source: SetSource, Key: key}
+			if trl, ok := TRLEquivalent(key); ok {
+				uk.TRL = trl
+			} else if i := strings.LastIndex(key, "."); i >= 0 {
+				uk.Suggestion = suggestKey("", key[i+1:], t, all)
+			} else {
+				uk.Suggestion = suggestKey("", key, t, all)
+			}
+			unknown = append(unknown, uk)
+			continue
+		}
+		val, bad := normalize(ft, raw)
+		if bad != nil {
+			bad.Source, bad.Field = "--set "+key, key+bad.Field
+			errs = append(errs, bad)
+			continue
+		}
+		setPath(doc, strings.Split(key, "."), val)
+	}
+	return doc, unknown, errs
 }
 
 // flagLayer builds a nested document of the flags the user changed, each
