@@ -277,6 +277,9 @@ func TestQuickstartVLLMEngineLearnsLikeBuiltin(t *testing.T) {
 		assert.Contains(t, viaVLLM[i], "time/sync")
 		// Same weights on both sides: the trainer/sampler mismatch is tiny.
 		assert.Less(t, viaVLLM[i]["sampling/sampling_logp_difference/max"], 1e-3, "step %d", i+1)
+		// Every push reached both replicas and was verified there.
+		assert.Less(t, viaVLLM[i]["engine/sync_probe_logp_difference"], 1e-3, "step %d", i+1)
+		assert.Contains(t, viaVLLM[i], "engine/sync_probe_logp_difference", "step %d", i+1)
 	}
 	t.Logf("reward step 1 %.4f -> step %d %.4f (both engines)", viaVLLM[0]["reward"], steps, viaVLLM[steps-1]["reward"])
 }
