@@ -54,7 +54,7 @@ system message: the trainer adds its configured one. Feed the file to
 'ortrain sft --config CONFIG --data FILE' (the config names the model, e.g.
 configs/lockbox.yaml) to teach a model the env's tool calls before GRPO.
 
-NAME is a built-in env (` + strings.Join(demos.Scripts(), ", ") + ` have scripted policies), builtin:NAME, or
+NAME is a built-in env with a scripted policy (` + strings.Join(demos.Scripts(), ", ") + `), builtin:NAME, or
 any env target (a URL, Owner/Env) with --script naming the policy to play.
 Episodes run on the tasks of --split in order, cycling when --n exceeds them.
 
