@@ -277,24 +277,6 @@ func (v *VLLM) probe(ctx context.Context) error {
 	return nil
 }
 
-// warnShared says what a server ortrain did not start exposes or does
-// differently, once at start: the control routes vLLM serves without its
-// API key, and a pause that aborts other clients' requests.
-func (v *VLLM) warnShared(ctx context.Context, c *vllm.Client) {
-	ver := v.serverVersions[c.URL()]
-	if open, err := vllm.OpenRoutes(ctx, c); err == nil && len(open) > 0 {
-		v.opts.Logger.Warn().Str("url", c.URL()).Str("vllm", ver).Strs("open_routes", open).
-			Msg("this server answers its control routes without the API key (vLLM's --api-key guards only /v1 and a few other prefixes): " +
-				"anyone who reaches it can pause it or call any worker method; keep it on a private network, or let ortrain launch it " +
-				"(beyond loopback ortrain puts a proxy that requires the key on every route in front)")
-	}
-	if v.opts.SyncMode == SyncFull && vllm.PauseIgnoresMode(ver) {
-		v.opts.Logger.Warn().Str("url", c.URL()).Str("vllm", ver).
-			Msg("this vLLM has no /pause?mode=: every weight sync pauses with abort, so other clients of this server lose their requests in flight " +
-				"(ortrain drains its own first); use a newer vLLM if the server is shared")
-	}
-}
-
 // Model is the name requests are sent under (the base model or policy-vN).
 func (v *VLLM) Model() string { v.mu.Lock(); defer v.mu.Unlock(); return v.model }
 
@@ -398,19 +380,6 @@ func (v *VLLM) attempt(ctx context.Context, body *vllm.CompletionRequest, sessio
 		return Result{}, &vllm.StatusError{URL: c.URL(), Code: http.StatusServiceUnavailable, Message: "request aborted by the server"}
 	}
 	return res, nil
-}
-
-// describeRequest names a completion request in errors: enough to find it
-// in the server's log, never its tokens.
-func describeRequest(body *vllm.CompletionRequest, session string) string {
-	d := fmt.Sprintf("POST /v1/completions model=%s, %d prompt tokens, max_tokens %d", body.Model, len(body.Prompt), body.MaxTokens)
-	if body.Seed != nil {
-		d += fmt.Sprintf(", seed %d", *body.Seed)
-	}
-	if session != "" {
-		d += ", session " + session
-	}
-	return d
 }
 
 // errNoReplica is retryable: replicas come back after a restart.
