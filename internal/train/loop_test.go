@@ -235,7 +235,7 @@ func TestFailedStepRollsBackToTheStepBoundary(t *testing.T) {
 	}
 	want := loop.State()
 	wantRound := loop.PendingRound()
-	require.Equal(t, State{Step: 2, MicroStep: 4, NumTokens: want.NumTokens, Sampler: want.Sampler}, want)
+	require.Equal(t, State{Step: 2, MicroStep: 4, NumTokens: want.NumTokens, Sampler: want.Sampler, WorldSize: 1}, want)
 	require.Nil(t, wantRound, "round 0 is consumed after step 2")
 
 	_, err = loop.TrainStep(context.Background())
