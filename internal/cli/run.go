@@ -88,7 +88,7 @@ var configFlags = []struct {
 	{"grpo.loss_type", "loss-type", "loss: dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, vespo", "string"},
 	{"grpo.max_completion_length", "max-completion-length", "token budget after the prompt (all turns)", "int"},
 	{"grpo.temperature", "temperature", "sampling temperature", "float"},
-	{"worker.device", "device", "trainer device: cpu, cuda or cuda:N", "string"},
+	{"worker.device", "device", "trainer device: auto (CUDA when the worker has it and sees a GPU, else CPU), cpu, cuda or cuda:N", "string"},
 	{"engine.kind", "engine", "generation backend: builtin or vllm", "string"},
 	{"async.max_off_policy_steps", "max-off-policy-steps", "generate rounds this many steps ahead of training (0: synchronous)", "int"},
 }
@@ -104,7 +104,9 @@ func addConfigFlags(fs *pflag.FlagSet, flags map[string]*pflag.Flag, except ...s
 		// type, so "--max-steps 1.5" is refused in words, not strconv's.
 		// --help still shows the type a user types (--max-steps int).
 		fs.Var(&textFlag{kind: f.kind}, f.name, f.usage)
-		flags[f.key] = fs.Lookup(f.name)
+		fl := fs.Lookup(f.name)
+		fl.DefValue = config.DefaultText(f.key) // --help's "(default …)"; flagLayer reads only changed flags
+		flags[f.key] = fl
 	}
 }
 
@@ -140,7 +142,9 @@ Without --config, the embedded quickstart runs: a tiny random model learns the
 built-in letters env on CPU in ` + quickstartTime + `.
 
 Settings resolve as: embedded defaults < --config YAML < ORTRAIN_* environment
-variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags.
+variables (grpo.learning_rate is ORTRAIN_GRPO_LEARNING_RATE) < flags. The
+defaults the flags show are what a --config file that omits the key gets;
+without --config the quickstart's settings apply (--print-config shows all).
 
 SIGINT/SIGTERM stop new rollouts, close every session, save a checkpoint and
 exit with code 2; --resume continues from the latest complete checkpoint.

@@ -376,3 +376,28 @@ func TestEvalOpenEnvWithoutTasksNamesTheFlag(t *testing.T) {
 	assert.Equal(t, ExitUsage, code, errOut)
 	assert.Contains(t, errOut, "--num-tasks")
 }
+
+// --help shows each config flag's default (the value a --config file that
+// omits the key gets), without making the flag count as set.
+func TestHelpShowsConfigDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  string
+		want []string
+	}{
+		{"run", []string{`--device string`, `(default "auto")`, `--learning-rate float`, `(default 1e-06)`, `--num-generations int`, `(default 8)`, `(default "dapo")`}},
+		{"sft", []string{`(default 2e-05)`, `--max-length int`, `(default 1024)`}},
+		{"eval", []string{`--max-completion-length int`, `(default 512)`}},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			code, out, errOut := execCLI(t, nil, tc.cmd, "--help")
+			require.Equal(t, ExitOK, code, errOut)
+			for _, w := range tc.want {
+				assert.Contains(t, out, w)
+			}
+		})
+	}
+	// A shown default is not a set flag: the quickstart keeps its own.
+	code, out, errOut := execCLI(t, nil, "run", "--print-config")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.NotContains(t, out, "learning_rate: 1e-06")
+}

@@ -27,7 +27,7 @@ var sftFlags = []struct{ key, name, usage, kind string }{
 	{"sft.learning_rate", "learning-rate", "peak learning rate", "float"},
 	{"sft.per_device_train_batch_size", "per-device-train-batch-size", "rows per micro-batch", "int"},
 	{"sft.max_length", "max-length", "tokens per row (longer rows: sft.truncation_mode)", "int"},
-	{"worker.device", "device", "trainer device: cpu, cuda or cuda:N", "string"},
+	{"worker.device", "device", "trainer device: auto (CUDA when the worker has it and sees a GPU, else CPU), cpu, cuda or cuda:N", "string"},
 }
 
 func newSFTCmd(deps *Deps) *cobra.Command {
@@ -87,7 +87,9 @@ model, chat, worker and logging are shared with 'ortrain run'.`,
 	fs.IntVar(&opts.NProcPerNode, "nproc-per-node", 1, "data-parallel ranks to start on this machine")
 	for _, f := range sftFlags {
 		fs.Var(&textFlag{kind: f.kind}, f.name, f.usage)
-		opts.Flags[f.key] = fs.Lookup(f.name)
+		fl := fs.Lookup(f.name)
+		fl.DefValue = config.DefaultText(f.key)
+		opts.Flags[f.key] = fl
 	}
 	addSetFlag(fs, &opts.Sets)
 	opts.args = func() []string { return rankArgs(cmd) }

@@ -295,8 +295,10 @@ type WorkerConfig struct {
 	// Library is the worker shared library; empty searches ORTRAIN_WORKER_LIB,
 	// next to the binary, and build/.
 	Library string `mapstructure:"library"`
-	Device  string `mapstructure:"device"` // cpu, cuda, cuda:N
-	DType   string `mapstructure:"dtype"`  // float32, bfloat16, float16
+	// Device is auto (CUDA when the worker's libtorch has it and a GPU is
+	// visible, else CPU), cpu, cuda or cuda:N.
+	Device  string `mapstructure:"device"`
+	DType   string `mapstructure:"dtype"` // float32, bfloat16, float16
 	Threads int    `mapstructure:"threads"`
 	// PackTokens > 0 packs each micro-batch's rows into sequences of at
 	// most this many tokens (TRL's padding_free with a token budget: each
@@ -405,7 +407,7 @@ func Default() Config {
 			VLLMHost:           "127.0.0.1",
 		},
 		Worker: WorkerConfig{
-			Device: "cpu", DType: "float32",
+			Device: "auto", DType: "float32",
 			StepTimeout:       10 * time.Minute,
 			LogprobTimeout:    10 * time.Minute,
 			OptimizerTimeout:  5 * time.Minute,

@@ -45,7 +45,7 @@ func oneOf(field, value string, allowed ...string) error {
 }
 
 var (
-	deviceRE  = regexp.MustCompile(`^(cpu|cuda|cuda:[0-9]+)$`)
+	deviceRE  = regexp.MustCompile(`^(auto|cpu|cuda|cuda:[0-9]+)$`)
 	envNameRE = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
 	envVarRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
@@ -206,7 +206,7 @@ func (c *Config) validateRuntime() error {
 	case c.Engine.Kind == "vllm" && len(c.Engine.VLLMURLs) == 0 && len(c.Engine.VLLMGPUs) == 0 && len(c.Engine.VLLMCommand) == 0:
 		return bad("engine.vllm_gpus", c.Engine.VLLMGPUs, "GPUs to launch vLLM on (or engine.vllm_urls of running servers) when engine.kind is vllm")
 	case !deviceRE.MatchString(c.Worker.Device):
-		return bad("worker.device", c.Worker.Device, "cpu, cuda or cuda:N")
+		return bad("worker.device", c.Worker.Device, "auto, cpu, cuda or cuda:N")
 	case c.Worker.Threads < 0:
 		return bad("worker.threads", c.Worker.Threads, "0 (all cores) or a positive count")
 	case c.Worker.StepTimeout <= 0:

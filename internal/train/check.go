@@ -75,14 +75,14 @@ func Check(ctx context.Context, cfg *config.Config, ro RunOptions, report func(p
 	if dir != "" {
 		probe := *cfg
 		probe.Model = dir
-		if lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.Getenv, zerolog.Nop()); err != nil {
+		if lib, p, err := loadPolicy(ctx, &probe, dir, "", false, ro.World, ro.Getenv, zerolog.Nop()); err != nil {
 			fail("worker", err)
 		} else {
 			p.m.Close()
 			if err := lib.Close(); err != nil {
 				fail("worker", err)
 			} else {
-				report("worker", "loaded the model on "+cfg.Worker.Device)
+				report("worker", "loaded the model on "+p.device)
 			}
 		}
 	}

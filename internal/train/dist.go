@@ -105,6 +105,26 @@ func startRankEngine(ctx context.Context, cfg *config.Config, modelDir string, p
 	return startEngine(ctx, &c, modelDir, p, ro)
 }
 
+// policyDevice resolves worker.device for this process: "auto" is CUDA
+// when the worker's libtorch has it and sees a GPU, else CPU (logged, with
+// why), and a distributed run's "cuda" is the rank's own GPU (rankDevice).
+func policyDevice(wc config.WorkerConfig, info worker.Info, w launch.World, getenv func(string) string, log zerolog.Logger) (string, error) {
+	device := wc.Device
+	if device == "auto" || device == "" {
+		device = "cpu"
+		why := fmt.Sprintf("the worker's libtorch %s sees no CUDA GPU (a CPU build, or none visible)", info.LibtorchVersion)
+		if info.CUDADevices > 0 {
+			device = "cuda"
+			why = fmt.Sprintf("the worker's libtorch %s sees %d CUDA GPU(s)", info.LibtorchVersion, info.CUDADevices)
+		}
+		log.Info().Str("worker.device", "auto").Str("device", device).Msg("training on " + strings.ToUpper(device) + ": " + why + "; set worker.device (--device) to choose")
+	}
+	if !w.Distributed() {
+		return device, nil
+	}
+	return rankDevice(device, wc.GPUs, w, getenv)
+}
+
 // rankDevice is the device a rank trains on. worker.device "cuda" means
 // this rank's GPU: worker.gpus[LOCAL_RANK] when worker.gpus is set, else
 // cuda:LOCAL_RANK — unless CUDA_VISIBLE_DEVICES shows the process a single

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/config"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"
 	"github.com/ortrain/ortrain/internal/reward"
@@ -184,4 +187,35 @@ func TestDataParallelStepTrainsItsSlice(t *testing.T) {
 	}
 	calls := ro.roundVersions()
 	assert.Len(t, calls, 2, "one round per step")
+}
+
+// worker.device auto follows what the worker's libtorch sees, and a
+// distributed run's CUDA is the rank's own GPU.
+func TestPolicyDevice(t *testing.T) {
+	two := launch.World{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29500}
+	tests := []struct {
+		name, device string
+		cuda         int
+		world        launch.World
+		want         string
+	}{
+		{"auto without CUDA is CPU", "auto", 0, launch.Single(), "cpu"},
+		{"auto with a GPU is CUDA", "auto", 1, launch.Single(), "cuda"},
+		{"auto with GPUs picks the rank's", "auto", 2, two, "cuda:1"},
+		{"auto without CUDA, distributed", "auto", 0, two, "cpu"},
+		{"cpu kept with GPUs", "cpu", 2, launch.Single(), "cpu"},
+		{"cuda kept without GPUs (the load says why)", "cuda", 0, launch.Single(), "cuda"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			got, err := policyDevice(config.WorkerConfig{Device: tc.device}, worker.Info{CUDADevices: tc.cuda, LibtorchVersion: "2.14.0"},
+				tc.world, func(string) string { return "" }, zerolog.New(&logs))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+			if tc.device == "auto" {
+				assert.Contains(t, logs.String(), `"device":"`+strings.SplitN(tc.want, ":", 2)[0]+`"`, "auto is logged with what it chose")
+			}
+		})
+	}
 }

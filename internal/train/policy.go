@@ -23,6 +23,8 @@ type workerPolicy struct {
 	lora bool
 	// libPath is the worker library the model was loaded with.
 	libPath string
+	// device is where it lives: worker.device resolved (auto, a rank's GPU).
+	device string
 	// shards is set when the run shards the optimizer (worker.shard): no
 	// rank holds the whole state, so each saves its slice and rank 0
 	// merges them.

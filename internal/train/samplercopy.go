@@ -65,6 +65,7 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 	}()
 	rss0 := residentBytes()
 	opts := modelOptions(cfg, modelDir, false)
+	opts.Device = policy.device
 	if cfg.Async.SamplerThreads > 0 {
 		opts.Threads = cfg.Async.SamplerThreads
 	} else {

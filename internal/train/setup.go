@@ -75,15 +75,7 @@ func buildStack(ctx context.Context, cfg *config.Config, so stackOptions) (_ *st
 	if err = checkFinalAnswerTools(ctx, cfg, st.envs); err != nil {
 		return nil, err
 	}
-	pcfg := cfg
-	if so.world.Distributed() {
-		c := *cfg
-		if c.Worker.Device, err = rankDevice(cfg.Worker.Device, cfg.Worker.GPUs, so.world, so.getenv); err != nil {
-			return nil, err
-		}
-		pcfg = &c
-	}
-	if st.lib, st.policy, err = loadPolicy(ctx, pcfg, st.modelDir, so.resumeDir, so.reference, so.getenv, so.logger); err != nil {
+	if st.lib, st.policy, err = loadPolicy(ctx, cfg, st.modelDir, so.resumeDir, so.reference, so.world, so.getenv, so.logger); err != nil {
 		return nil, err
 	}
 	if so.adapterDir != "" {
@@ -317,7 +309,7 @@ func modelOptions(cfg *config.Config, modelDir string, reference bool) worker.Mo
 
 // loadPolicy opens the worker library and loads the model (from the
 // checkpoint when resuming) with the optimizer settings of cfg.
-func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir string, reference bool, getenv func(string) string, log zerolog.Logger) (*worker.Library, *workerPolicy, error) {
+func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir string, reference bool, world launch.World, getenv func(string) string, log zerolog.Logger) (*worker.Library, *workerPolicy, error) {
 	path, _, err := worker.FindLibrary(cfg.Worker.Library, getenv)
 	if err != nil {
 		return nil, nil, err
@@ -328,6 +320,10 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 	}
 	g := cfg.GRPO
 	opts := modelOptions(cfg, modelDir, reference)
+	if opts.Device, err = policyDevice(cfg.Worker, lib.Info(), world, getenv, log); err != nil {
+		lib.Close()
+		return nil, nil, err
+	}
 	if resumeDir != "" {
 		opts.Dir = checkpointModelDir(resumeDir, modelDir, g.LoRA.Enabled)
 	}
@@ -346,7 +342,7 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		return nil, nil, err
 	}
 	warnLargeOnCPU(opts.Device, opts.DType, m.Config().NumParams(), g.LoRA.Enabled, log)
-	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path}
+	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path, device: opts.Device}
 	if resumeDir != "" {
 		if err := p.restore(ctx, resumeDir); err != nil {
 			m.Close()

@@ -117,12 +117,7 @@ func OpenTrainer(ctx context.Context, cfg *config.Config, to TrainerOptions) (_ 
 		return nil, err
 	}
 	pcfg := policyConfig(cfg, to.Policy)
-	if ro.World.Distributed() {
-		if pcfg.Worker.Device, err = rankDevice(cfg.Worker.Device, cfg.Worker.GPUs, ro.World, ro.Getenv); err != nil {
-			return nil, err
-		}
-	}
-	if t.lib, t.policy, err = loadPolicy(ctx, pcfg, t.modelDir, t.resumeDir, false, ro.Getenv, ro.Logger); err != nil {
+	if t.lib, t.policy, err = loadPolicy(ctx, pcfg, t.modelDir, t.resumeDir, false, ro.World, ro.Getenv, ro.Logger); err != nil {
 		return nil, err
 	}
 	if ro.World.Distributed() {
