@@ -15,6 +15,7 @@ import (
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/engineserver"
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/vllm"
 )
 
@@ -240,7 +241,13 @@ func joinInts(xs []int) string {
 }
 
 func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
-	wo := engineserver.WorkerOptions{ModelDir: opts.Model, WorkerLib: opts.WorkerLib, Getenv: opts.Getenv,
+	// A directory or a Hugging Face repo id in the local cache, as vLLM
+	// takes; a missing one is a usage error that says where it looked.
+	dir, _, err := model.Resolve(opts.Model, opts.Getenv)
+	if err != nil {
+		return err
+	}
+	wo := engineserver.WorkerOptions{ModelDir: dir, WorkerLib: opts.WorkerLib, Getenv: opts.Getenv,
 		Device: opts.Device, DType: opts.DType, Threads: opts.Threads, Seed: opts.Seed, Logger: opts.Logger}
 	if opts.EnableLoRA {
 		wo.LoRARank = opts.MaxLoRARank
@@ -250,7 +257,7 @@ func runServeEngine(ctx context.Context, opts *ServeEngineOptions) error {
 		return err
 	}
 	defer backend.Close()
-	so := engineserver.Options{ModelName: opts.ServedModelName, ModelRoot: opts.Model, MaxModelLen: opts.MaxModelLen,
+	so := engineserver.Options{ModelName: opts.ServedModelName, ModelRoot: dir, MaxModelLen: opts.MaxModelLen,
 		EOSIDs: backend.EOSIDs(), VocabSize: backend.VocabSize(), LoRA: opts.EnableLoRA, RuntimeLoRA: opts.RuntimeLoRA, DevMode: opts.DevMode,
 		APIKey: opts.APIKey, Version: opts.EmulateVLLM, Faults: opts.Faults, Logger: opts.Logger,
 		Batch: engine.BuiltinOptions{MaxBatch: opts.MaxBatch, Linger: 2 * time.Millisecond, Timeout: 10 * time.Minute, Logger: opts.Logger}}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -166,6 +167,10 @@ func resumeChanges(dir string, now DataStats, resume bool) func(saved, cur *conf
 func loadRows(s config.SFTConfig, enc *Encoder, seed int64) (trainRows, evalRows []grpo.Row, stats DataStats, err error) {
 	stats.File = s.Data
 	if stats.SHA256, err = fileSHA256(s.Data); err != nil {
+		if errors.Is(err, fs.ErrNotExist) { // a usage error: name the flag and what writes one
+			return nil, nil, stats, &config.FieldError{Field: "sft.data", Value: s.Data,
+				Allowed: "an existing JSONL file of conversations: the file does not exist (--data FILE; `ortrain env demos` writes one)"}
+		}
 		return nil, nil, stats, fmt.Errorf("sft.data: %w", err)
 	}
 	rows, st, err := encodeFile(s.Data, enc, s.SkipBadRows)
