@@ -43,8 +43,15 @@ lint:
 	@out=$$(gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# install: ortrain and its worker library side by side in $(PREFIX)/bin
+# (the binary finds the worker next to itself; the worker finds libtorch by
+# the rpath it was built with), as the container recipe (Dockerfile) does.
+# scripts/check-install runs it into a fresh prefix and trains from there.
+PREFIX ?= /usr/local
 install: build
-	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/ortrain
+	install -d $(PREFIX)/bin
+	install -m 0755 $(BIN) $(PREFIX)/bin/ortrain
+	install -m 0644 build/worker/libortrain_worker.so $(PREFIX)/bin/libortrain_worker.so
 
 # demo: the mission at CPU scale (scripts/demo, configs/lockbox.yaml):
 # demonstrations from the built-in lockbox env, `ortrain sft` on them, then
