@@ -142,6 +142,12 @@ func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
 	}
 	checks := []Check{{Name: "ortrain", OK: true, Required: true,
 		Detail: fmt.Sprintf("%s (%s, %s/%s) %s", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH, exe)}}
+	if !worker.CGOEnabled { // no library can be opened: rebuilding it would not help
+		checks[0].OK = false
+		checks[0].Detail += ": built without cgo (CGO_ENABLED=0), so it cannot open the worker: training, sampling and checkpoints are out; env serve/check/list and list-tasks work"
+		checks[0].Fix = "build ortrain with cgo and a C compiler: make build (CGO_ENABLED=1)"
+		return append(checks, vllmCheck(opts))
+	}
 	lib, searched, err := worker.FindLibrary(opts.WorkerLib, opts.Getenv)
 	if err != nil {
 		detail := err.Error()

@@ -98,6 +98,8 @@ func isUsage(err error) bool {
 		return true
 	case errors.As(err, &rexpr), errors.As(err, &rfield):
 		return true
+	case errors.Is(err, worker.ErrNoCGO): // rebuild ortrain with cgo
+		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint), errors.As(err, new(*runlock.HeldError)):
 		return true
 	case errors.As(err, &auth):

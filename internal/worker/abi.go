@@ -1,3 +1,5 @@
+//go:build cgo
+
 package worker
 
 /*
@@ -11,13 +13,13 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 )
 
+// CGOEnabled says whether this build can open the worker library.
+const CGOEnabled = true
+
 // csrc/worker_abi.h is the one definition of every code that crosses the
 // ABI. Each Go constant with the same meaning is checked against it here at
 // compile time: uint(a-b) and uint(b-a) are both constant only when a == b,
 // so a renumbering on either side stops the build.
-
-// ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 9
 
 const (
 	_ = uint(ABIVersion-C.ORT_ABI_VERSION) + uint(C.ORT_ABI_VERSION-ABIVersion)

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package worker
 
 /*
@@ -13,40 +15,6 @@ import (
 	"time"
 	"unsafe"
 )
-
-// DecoderOptions configure a continuous-batching decoder.
-type DecoderOptions struct {
-	// KVCacheBudget bounds the bytes of keys/values parked under cache keys
-	// between a rollout's turns; the least recently used entries go first.
-	// 0 keeps none.
-	KVCacheBudget int64
-}
-
-// DecodeRequest is one sequence for a Decoder. CacheKey (optional) names
-// the rollout it belongs to: when the sequence finishes, its keys/values are
-// kept under the key, and a later request with the same key whose prompt
-// extends those tokens prefills only the new ones.
-type DecodeRequest struct {
-	SampleRequest
-	CacheKey string
-}
-
-// DecodeEvent is one sampled token of a live sequence. Stop is 0 while the
-// sequence goes on; otherwise it says why the sequence finished (and left
-// the batch).
-type DecodeEvent struct {
-	Seq     int64
-	Token   int32
-	Logprob float32
-	Stop    StopReason
-}
-
-// DecoderStats counts what a decoder holds and what its prefills saved.
-type DecoderStats struct {
-	Live, CachedEntries, CachedBytes, SlotBytes int64
-	PrefillTokens, ReusedTokens, SharedTokens   int64
-	Evictions                                   int64
-}
 
 // Decoder is a running batch of sequences over a Model (continuous
 // batching): Add prefills new sequences, Step samples one token for every

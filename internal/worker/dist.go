@@ -1,3 +1,5 @@
+//go:build cgo
+
 package worker
 
 /*
@@ -8,74 +10,10 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 )
-
-// DefaultDistTimeout bounds the rendezvous and each collective when
-// DistOptions.Timeout is 0. It is torch.distributed's default: a rank waits
-// at the step's first collective while the slowest rank still rolls out, so
-// the timeout must exceed the spread of rollout times. A peer that dies is
-// noticed sooner (Gloo: its connection closes).
-const DefaultDistTimeout = 30 * time.Minute
-
-// DefaultBucketBytes is the gradient bucket size when
-// DistOptions.BucketBytes is 0 (PyTorch DDP's bucket_cap_mb = 25).
-const DefaultBucketBytes = 25 << 20
-
-// DistOptions say how a rank joins a data-parallel process group: the
-// launcher's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
-type DistOptions struct {
-	// Addr and Port are the rendezvous: rank 0 serves a c10d TCPStore there
-	// and the other ranks connect to it.
-	Addr string
-	Port int
-	// Rank is this process's index in [0, WorldSize).
-	Rank, WorldSize int
-	// Timeout bounds the rendezvous and every collective: a peer that stays
-	// away longer makes the call fail with a *TimeoutError (ErrTimeout)
-	// instead of hang. 0 means DefaultDistTimeout.
-	Timeout time.Duration
-	// BucketBytes caps the bytes of one gradient all-reduce; 0 means
-	// DefaultBucketBytes. Sharding slices each bucket over the ranks.
-	BucketBytes int64
-	// Shard spreads the optimizer over the ranks (ZeRO stage 1 or 2); see
-	// ShardStage. Every rank must pass the same.
-	Shard ShardStage
-}
-
-// ErrTimeout matches (errors.Is) every *TimeoutError.
-var ErrTimeout = errors.New("worker: process group timed out")
-
-// TimeoutError is a rendezvous (JoinGroup) or collective that did not end
-// within the group's timeout: a peer is stalled, never came, or is gone
-// without closing its connection. Which clock ran out (the group's deadline,
-// or the Gloo, NCCL or store timeout behind it) does not matter: all are
-// this error. A call stopped by its context returns the context's error
-// instead, which does not match ErrTimeout. After a collective's timeout the
-// group is broken.
-type TimeoutError struct {
-	Op      string        // the call: "all-reduce sum", "join process group at ..."
-	Timeout time.Duration // the group's timeout (DistOptions.Timeout)
-	Detail  string        // the worker's message
-}
-
-func (e *TimeoutError) Error() string { return e.Op + ": " + e.Detail }
-
-// Is makes errors.Is(err, ErrTimeout) true.
-func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
-
-// groupErr is callErr for a process-group call with timeout.
-func groupErr(ctx context.Context, err error, timeout time.Duration) error {
-	err = callErr(ctx, err)
-	if te, ok := errors.AsType[*TimeoutError](err); ok {
-		te.Timeout = timeout
-	}
-	return err
-}
 
 // Group is a joined data-parallel process group (c10d: Gloo on CPU, NCCL on
 // CUDA) bound to one model. Every rank must call the same collectives in the
@@ -88,42 +26,6 @@ type Group struct {
 	h       *C.ort_group
 	opts    DistOptions
 	backend string
-}
-
-// GradSyncStats describe one gradient reduction (ReduceGrads).
-type GradSyncStats struct {
-	Bytes   int64 // bytes each rank contributed, as sent (Gloo sends 16-bit floats as float32)
-	Buckets int   // collectives, one per bucket
-	// Emulated: the reduce-scatter of a sharded group was built from an
-	// all-reduce (Gloo: 1.13 has no reduce-scatter, and 2.14's never
-	// completed in our tests); NCCL runs its own.
-	Emulated bool `json:",omitempty"`
-}
-
-func (o DistOptions) resolve() (DistOptions, error) {
-	if o.Timeout == 0 {
-		o.Timeout = DefaultDistTimeout
-	}
-	if o.BucketBytes == 0 {
-		o.BucketBytes = DefaultBucketBytes
-	}
-	switch {
-	case o.Addr == "":
-		return o, fmt.Errorf("master address is empty")
-	case o.Port < 1 || o.Port > 65535:
-		return o, fmt.Errorf("master port %d is not in 1..65535", o.Port)
-	case o.WorldSize < 1:
-		return o, fmt.Errorf("world size %d must be >= 1", o.WorldSize)
-	case o.Rank < 0 || o.Rank >= o.WorldSize:
-		return o, fmt.Errorf("rank %d is not in [0, %d)", o.Rank, o.WorldSize)
-	case o.Timeout < time.Millisecond:
-		return o, fmt.Errorf("timeout %v must be >= 1ms", o.Timeout)
-	case o.BucketBytes < 0:
-		return o, fmt.Errorf("bucket bytes %d must be >= 0", o.BucketBytes)
-	case o.Shard < ShardNone || o.Shard > ShardGradients:
-		return o, fmt.Errorf("shard stage %d is not none (0), optimizer (1) or gradients (2)", o.Shard)
-	}
-	return o, nil
 }
 
 // JoinGroup joins the process group of o through its rendezvous, with the
@@ -247,17 +149,6 @@ func (g *Group) ReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	}
 	return GradSyncStats{Bytes: int64(out.bytes), Buckets: int(out.buckets), Emulated: out.emulated != 0}, nil
 }
-
-// Reduction is an element-wise reduction over the ranks.
-type Reduction int32
-
-const (
-	ReduceSum Reduction = 0
-	ReduceMin Reduction = 1
-	ReduceMax Reduction = 2
-)
-
-var reductionNames = map[Reduction]string{ReduceSum: "sum", ReduceMin: "min", ReduceMax: "max"}
 
 // AllReduceSum returns the element-wise sum of values over the ranks: the
 // round's active-token count before the loss (so dapo's normaliser is

@@ -27,6 +27,9 @@ func (e *NotFoundError) Error() string {
 // build/worker/ in the binary's directory, the working directory or any of
 // their parents (a source checkout). It returns every path it tried.
 func FindLibrary(explicit string, getenv func(string) string) (path string, searched []string, err error) {
+	if !CGOEnabled { // no library could be opened: say so, not "build the worker"
+		return "", nil, &NoCGOError{Op: "find the worker library"}
+	}
 	try := func(p string) bool {
 		if p == "" {
 			return false

@@ -1,8 +1,5 @@
-// Package worker loads ortrain's libtorch worker (a C++ shared library) at
-// run time through dlopen and wraps its small C ABI (csrc/worker_abi.h) in Go
-// types. It is the only package that uses cgo; no C type leaves it. Building
-// it needs no libtorch: the library is found and opened only when a command
-// trains or samples.
+//go:build cgo
+
 package worker
 
 /*
@@ -14,7 +11,6 @@ import "C"
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -58,42 +54,6 @@ func (l *Library) serve() {
 	for f := range l.calls {
 		f()
 	}
-}
-
-// Info describes an opened library.
-type Info struct {
-	Path            string `json:"path"`
-	ABIVersion      int    `json:"abi_version"`
-	LibtorchVersion string `json:"libtorch"`
-	CUDADevices     int    `json:"cuda_devices"`
-	Threads         int    `json:"threads"`
-	CXX11ABI        bool   `json:"cxx11_abi"`
-	// DistBackends are the c10d backends compiled in, for Model.JoinGroup:
-	// "gloo" (CPU), "nccl" (CUDA).
-	DistBackends []string `json:"dist_backends"`
-	// OneDNN and Store are nil when the library is older than these
-	// reports (they were added to the info JSON without an ABI bump).
-	OneDNN *OneDNNInfo `json:"onednn,omitempty"`
-	Store  *StoreInfo  `json:"tcpstore,omitempty"`
-}
-
-// OneDNNInfo says whether CPU float32 sampling and decoding hand their
-// matmuls to oneDNN's sgemm (found in the oneDNN libtorch loaded); without
-// it they run on at::mm, which is several times slower at a few rows when
-// libtorch's BLAS is OpenBLAS.
-type OneDNNInfo struct {
-	Active  bool   `json:"active"`
-	Library string `json:"library,omitempty"` // where dnnl_sgemm was found
-	Detail  string `json:"detail,omitempty"`  // why it is not active
-}
-
-// StoreInfo describes the rendezvous TCPStore: libtorch 2.4+ serves it with
-// libuv by default (LibUVDefault); LibUV says whether that server starts
-// here. Without it JoinGroup serves the classic store.
-type StoreInfo struct {
-	LibUVDefault bool   `json:"libuv_default"`
-	LibUV        bool   `json:"libuv"`
-	Detail       string `json:"detail,omitempty"`
 }
 
 // errBuf is a C buffer for one call's error message.
@@ -154,9 +114,6 @@ func Open(path string) (*Library, error) {
 
 // Info reports the library's path, libtorch version and devices.
 func (l *Library) Info() Info { return l.info }
-
-// ErrClosed is returned by calls on a closed Library or Model.
-var ErrClosed = errors.New("worker: closed")
 
 // Close stops the library's thread and forbids further use, by it and by
 // its models: close the models first, or their memory is not freed. The

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package worker
 
 /*
@@ -11,60 +13,6 @@ import (
 	"strconv"
 	"time"
 )
-
-// ShardStage is how a data-parallel group spreads the optimizer over its
-// ranks (DistOptions.Shard), as DeepSpeed's ZeRO stages do. The trainable
-// tensors are flattened into the gradient buckets and rank r of P owns a
-// contiguous 1/P slice of each bucket.
-type ShardStage int32
-
-const (
-	// ShardNone: every rank holds all gradients and AdamW state; the
-	// gradients are all-reduced.
-	ShardNone ShardStage = 0
-	// ShardOptimizer (ZeRO-1): each rank holds the AdamW state of its
-	// slice, receives its slice of the averaged gradients by
-	// reduce-scatter after the last micro-batch, steps it, and the
-	// parameters are all-gathered.
-	ShardOptimizer ShardStage = 1
-	// ShardGradients (ZeRO-2): as ShardOptimizer, and the gradients are
-	// reduce-scattered after every micro-batch, so between micro-batches a
-	// rank keeps only its slice of them.
-	ShardGradients ShardStage = 2
-)
-
-var shardStageNames = map[ShardStage]string{ShardNone: "none", ShardOptimizer: "optimizer", ShardGradients: "gradients"}
-
-func (s ShardStage) String() string {
-	if n, ok := shardStageNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("ShardStage(%d)", int32(s))
-}
-
-// ParseShardStage reads worker.shard: "none" (or ""), "optimizer",
-// "gradients".
-func ParseShardStage(s string) (ShardStage, error) {
-	if s == "" {
-		return ShardNone, nil
-	}
-	for k, v := range shardStageNames {
-		if v == s {
-			return k, nil
-		}
-	}
-	return ShardNone, fmt.Errorf("shard stage %q is not none, optimizer or gradients", s)
-}
-
-// ShardStepStats describe one sharded optimizer step.
-type ShardStepStats struct {
-	StepStats
-	// CommTime is the time spent waiting on the norm's all-reduce and the
-	// parameters' all-gather.
-	CommTime time.Duration
-	// GatherBytes are the parameter bytes this rank sent to the all-gather.
-	GatherBytes int64
-}
 
 // Shard is the group's stage.
 func (g *Group) Shard() ShardStage { return g.opts.Shard }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package worker
 
 /*
@@ -7,48 +9,11 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"unsafe"
 
 	"github.com/ortrain/ortrain/internal/grpo"
 )
-
-// LossStats are one micro-batch's loss and metric sums and counts, so the
-// trainer reduces exactly across micro-batches and processes
-// (grpo-reference.md §5): e.g. entropy = sum EntropySum / sum ActiveTokens.
-// The worker writes them in place: the fields mirror ort_loss_stats in
-// csrc/worker_abi.h, in order, all float64 (checked at compile time in abi.go).
-type LossStats struct {
-	// Loss is the micro-batch loss that was back-propagated (§4.6).
-	Loss           float64
-	ActiveTokens   float64 // sum of the loss mask
-	Rows           float64
-	RowsWithTokens float64 // rows with at least one active token
-	// Clip counts (clip loss types): tokens, or rows at sequence level;
-	// ClipDenom is the matching token or row count.
-	ClipLow, ClipHigh, ClipRegion, ClipDenom float64
-	// ClipLowMin and ClipHighMax are the min / max over rows of the per-row
-	// clipped fraction (clip_ratio/low_min, clip_ratio/high_max).
-	ClipLowMin, ClipHighMax float64
-	CISPOClip               float64 // tokens with w > epsilon_high and A > 0 (cispo)
-	KLSum                   float64 // sum of k3 over active tokens (beta != 0)
-	EntropySum              float64 // sum of token entropies over active tokens
-	VESPOPhiSum             float64 // sum over rows of phi (vespo)
-	// CorrectTokens counts active tokens whose argmax logit (at the loss's
-	// temperature) is the label: TRL's mean_token_accuracy is
-	// sum CorrectTokens / sum ActiveTokens. Every loss type reports it.
-	CorrectTokens float64
-}
-
-// StepStats describe one optimizer step.
-type StepStats struct {
-	GradNorm float64 // global L2 norm before clipping
-	LR       float64
-}
-
-// ErrEmptyBatch is returned for a batch with no rows.
-var ErrEmptyBatch = errors.New("empty batch: no rows")
 
 // cBatch copies rows into a C ort_batch.
 func cBatch(ar *arena, rows []grpo.Row, roundTokens float64, gradAccum, packTokens int) (*C.ort_batch, error) {
@@ -136,14 +101,6 @@ func (m *Model) begin(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	return m.mu.Unlock, nil
-}
-
-// callErr prefers the context's error when the C++ side stopped because of it.
-func callErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return err
 }
 
 // Logprobs returns per-token log-probs and entropies of each row's
@@ -283,11 +240,6 @@ func (m *Model) ZeroGrad(ctx context.Context) error {
 	eb := newErrBuf()
 	defer eb.free()
 	return m.call(eb, "zero grad", func() C.int { return C.ort_call_zero_grad(m.api, m.h, eb.p, errLen) })
-}
-
-// DeviceMemory is what the device allocator holds for a model's device.
-type DeviceMemory struct {
-	Allocated, PeakAllocated int64 // bytes now, and at most since the last reset
 }
 
 // DeviceMemory reads the device allocator's bytes (CUDA, with libtorch 2.10

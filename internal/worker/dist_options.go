@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultDistTimeout bounds the rendezvous and each collective when
+// DistOptions.Timeout is 0. It is torch.distributed's default: a rank waits
+// at the step's first collective while the slowest rank still rolls out, so
+// the timeout must exceed the spread of rollout times. A peer that dies is
+// noticed sooner (Gloo: its connection closes).
+const DefaultDistTimeout = 30 * time.Minute
+
+// DefaultBucketBytes is the gradient bucket size when
+// DistOptions.BucketBytes is 0 (PyTorch DDP's bucket_cap_mb = 25).
+const DefaultBucketBytes = 25 << 20
+
+// DistOptions say how a rank joins a data-parallel process group: the
+// launcher's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
+type DistOptions struct {
+	// Addr and Port are the rendezvous: rank 0 serves a c10d TCPStore there
+	// and the other ranks connect to it.
+	Addr string
+	Port int
+	// Rank is this process's index in [0, WorldSize).
+	Rank, WorldSize int
+	// Timeout bounds the rendezvous and every collective: a peer that stays
+	// away longer makes the call fail with a *TimeoutError (ErrTimeout)
+	// instead of hang. 0 means DefaultDistTimeout.
+	Timeout time.Duration
+	// BucketBytes caps the bytes of one gradient all-reduce; 0 means
+	// DefaultBucketBytes. Sharding slices each bucket over the ranks.
+	BucketBytes int64
+	// Shard spreads the optimizer over the ranks (ZeRO stage 1 or 2); see
+	// ShardStage. Every rank must pass the same.
+	Shard ShardStage
+}
+
+func (o DistOptions) resolve() (DistOptions, error) {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultDistTimeout
+	}
+	if o.BucketBytes == 0 {
+		o.BucketBytes = DefaultBucketBytes
+	}
+	switch {
+	case o.Addr == "":
+		return o, fmt.Errorf("master address is empty")
+	case o.Port < 1 || o.Port > 65535:
+		return o, fmt.Errorf("master port %d is not in 1..65535", o.Port)
+	case o.WorldSize < 1:
+		return o, fmt.Errorf("world size %d must be >= 1", o.WorldSize)
+	case o.Rank < 0 || o.Rank >= o.WorldSize:
+		return o, fmt.Errorf("rank %d is not in [0, %d)", o.Rank, o.WorldSize)
+	case o.Timeout < time.Millisecond:
+		return o, fmt.Errorf("timeout %v must be >= 1ms", o.Timeout)
+	case o.BucketBytes < 0:
+		return o, fmt.Errorf("bucket bytes %d must be >= 0", o.BucketBytes)
+	case o.Shard < ShardNone || o.Shard > ShardGradients:
+		return o, fmt.Errorf("shard stage %d is not none (0), optimizer (1) or gradients (2)", o.Shard)
+	}
+	return o, nil
+}
+
+// ShardStage is how a data-parallel group spreads the optimizer over its
+// ranks (DistOptions.Shard), as DeepSpeed's ZeRO stages do. The trainable
+// tensors are flattened into the gradient buckets and rank r of P owns a
+// contiguous 1/P slice of each bucket.
+type ShardStage int32
+
+const (
+	// ShardNone: every rank holds all gradients and AdamW state; the
+	// gradients are all-reduced.
+	ShardNone ShardStage = 0
+	// ShardOptimizer (ZeRO-1): each rank holds the AdamW state of its
+	// slice, receives its slice of the averaged gradients by
+	// reduce-scatter after the last micro-batch, steps it, and the
+	// parameters are all-gathered.
+	ShardOptimizer ShardStage = 1
+	// ShardGradients (ZeRO-2): as ShardOptimizer, and the gradients are
+	// reduce-scattered after every micro-batch, so between micro-batches a
+	// rank keeps only its slice of them.
+	ShardGradients ShardStage = 2
+)
+
+var shardStageNames = map[ShardStage]string{ShardNone: "none", ShardOptimizer: "optimizer", ShardGradients: "gradients"}
+
+func (s ShardStage) String() string {
+	if n, ok := shardStageNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("ShardStage(%d)", int32(s))
+}
+
+// ParseShardStage reads worker.shard: "none" (or ""), "optimizer",
+// "gradients".
+func ParseShardStage(s string) (ShardStage, error) {
+	if s == "" {
+		return ShardNone, nil
+	}
+	for k, v := range shardStageNames {
+		if v == s {
+			return k, nil
+		}
+	}
+	return ShardNone, fmt.Errorf("shard stage %q is not none, optimizer or gradients", s)
+}
+
+// Reduction is an element-wise reduction over the ranks.
+type Reduction int32
+
+const (
+	ReduceSum Reduction = 0
+	ReduceMin Reduction = 1
+	ReduceMax Reduction = 2
+)
+
+var reductionNames = map[Reduction]string{ReduceSum: "sum", ReduceMin: "min", ReduceMax: "max"}
