@@ -121,7 +121,7 @@ func (r *Runner) Run(ctx context.Context, task rollout.Task) *rollout.Trajectory
 
 	r.fill(tr, rec, ep, res)
 	r.opts.Logger.Debug().Str("rollout", id).Str("outcome", string(tr.Outcome)).Int("model_calls", len(rec.Calls())).
-		Int("tool_calls", tr.ToolCalls).Int("prefix_breaks", tr.PrefixBreaks).Dur("took", res.Duration).Msg("agent rollout")
+		Int("tool_calls", tr.ToolCalls).Int("prefix_breaks", tr.PrefixBreaks).Float64("took_s", res.Duration.Round(time.Millisecond).Seconds()).Msg("agent rollout")
 	return tr
 }
 

@@ -78,7 +78,7 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) Wait(ctx context.Context) error {
 	d := b.Next()
 	if b.LogOver > 0 && d >= b.LogOver {
-		b.Logger.Info().Str("backoff", b.Name).Int("attempt", b.attempts).Dur("wait", d).Msg("retrying after backoff")
+		b.Logger.Info().Str("backoff", b.Name).Int("attempt", b.attempts).Float64("wait_s", d.Round(time.Millisecond).Seconds()).Msg("retrying after backoff")
 	}
 	sleep := b.Sleep
 	if sleep == nil {

@@ -150,7 +150,7 @@ func (b *Builtin) run(batch []pending) {
 	if err == nil && len(res) != len(reqs) {
 		err = fmt.Errorf("engine: sampler returned %d results for %d requests", len(res), len(reqs))
 	}
-	b.opts.Logger.Debug().Int("batch", len(reqs)).Dur("took", time.Since(start)).Err(err).Msg("sampled batch")
+	b.opts.Logger.Debug().Int("batch", len(reqs)).Float64("took_s", time.Since(start).Round(time.Millisecond).Seconds()).Err(err).Msg("sampled batch")
 	for i, p := range live {
 		if err != nil {
 			p.reply <- reply{err: fmt.Errorf("sample batch of %d: %w", len(reqs), err)}

@@ -186,7 +186,7 @@ func (b *Builtin) admit(live map[int64]*running, waiting []pending) []pending {
 	if err == nil && len(ids) != len(reqs) {
 		err = fmt.Errorf("engine: decoder returned %d ids for %d requests", len(ids), len(reqs))
 	}
-	b.opts.Logger.Debug().Int("admitted", len(reqs)).Int("live", len(live)).Dur("took", time.Since(start)).Err(err).Msg("prefilled")
+	b.opts.Logger.Debug().Int("admitted", len(reqs)).Int("live", len(live)).Float64("took_s", time.Since(start).Round(time.Millisecond).Seconds()).Err(err).Msg("prefilled")
 	if err != nil {
 		for _, p := range batch {
 			p.reply <- reply{err: fmt.Errorf("prefill %d requests: %w", len(batch), err)}

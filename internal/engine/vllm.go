@@ -431,7 +431,7 @@ func (v *VLLM) SyncWeights(ctx context.Context, step int) error {
 	v.mu.Lock()
 	v.model, v.stats = model, st
 	v.mu.Unlock()
-	ev := v.opts.Logger.Info().Int("step", step).Int("version", version).Str("model", model).Dur("took", st.Duration)
+	ev := v.opts.Logger.Info().Int("step", step).Int("version", version).Str("model", model).Float64("took_s", st.Duration.Round(time.Millisecond).Seconds())
 	if st.Probed {
 		ev = ev.Float64("probe_logp_difference", st.ProbeDiff)
 	}

@@ -126,7 +126,7 @@ func (s *Server) handleCollectiveRPC(w http.ResponseWriter, r *http.Request) {
 		s.weightsPath = dir // the runner keeps weights_path as its model
 		s.mu.Unlock()
 	}
-	s.opts.Logger.Info().Str("dir", dir).Dur("took", time.Since(start)).Msg("reloaded weights")
+	s.opts.Logger.Info().Str("dir", dir).Float64("took_s", time.Since(start).Round(time.Millisecond).Seconds()).Msg("reloaded weights")
 	writeJSON(w, http.StatusOK, ok)
 }
 

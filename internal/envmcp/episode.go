@@ -196,7 +196,7 @@ func (e *Episode) call(ctx context.Context, name string, args json.RawMessage) c
 	if outcome.infraErr != nil {
 		ev = e.log.Warn().Err(outcome.infraErr)
 	}
-	ev.Str("tool", name).Dur("took", rec.End.Sub(rec.Start)).Bool("is_error", rec.IsError).Bool("finished", rec.Finished).Bool("after_finish", rec.AfterFinish).Msg("mcp tool call")
+	ev.Str("tool", name).Float64("took_s", rec.End.Sub(rec.Start).Round(time.Millisecond).Seconds()).Bool("is_error", rec.IsError).Bool("finished", rec.Finished).Bool("after_finish", rec.AfterFinish).Msg("mcp tool call")
 	return outcome
 }
 

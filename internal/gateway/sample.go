@@ -203,7 +203,7 @@ func (g *Gateway) sample(ctx context.Context, ro *rollout, spec sampleSpec) (sam
 func (g *Gateway) record(ro *rollout, spec sampleSpec, s sampled, finish string, malformed int) {
 	g.log.Debug().Str("rollout", ro.id).Str("kind", string(spec.kind)).Int("prompt_tokens", len(spec.promptIDs)).
 		Int("completion_tokens", len(s.ids)).Str("finish", finish).Int("weight_version", s.version).
-		Dur("took", s.end.Sub(s.start)).Msg("served")
+		Float64("took_s", s.end.Sub(s.start).Round(time.Millisecond).Seconds()).Msg("served")
 	if ro.rec == nil {
 		return
 	}
