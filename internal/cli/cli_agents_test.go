@@ -153,7 +153,8 @@ func (c cliAgentRun) run(t *testing.T) {
 	cfg := c.config(t, qwen3Smoke(t), out)
 	env := map[string]string{"ORTRAIN_WORKER_LIB": os.Getenv("ORTRAIN_WORKER_LIB")}
 	start := time.Now()
-	code, stdout, errOut := execCLI(t, env, "run", "--config", cfg, "--log-format", "json", "--log-level", "debug")
+	// The built binary: internal/agentrollout runs these agents under the race detector.
+	code, stdout, errOut := execBinary(t, env, "run", "--config", cfg, "--log-format", "json", "--log-level", "debug")
 	t.Logf("ortrain run: %d steps in %s", c.steps, time.Since(start).Round(time.Millisecond))
 	require.Equal(t, ExitOK, code, "stdout:\n%s\nstderr (end):\n%s", stdout, lastLines(errOut, 30))
 

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +33,54 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// binDir holds the binary buildOrtrain builds once for the package's tests.
+var binDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "ortrain-cli-test-") })
+
+// builtOrtrain builds ../../cmd/ortrain once.
+var builtOrtrain = sync.OnceValues(func() (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "ortrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w: %s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dir, err := binDir(); err == nil {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// execBinary runs the built binary with args and env added to this
+// process's environment, and returns the exit code, stdout and stderr: for
+// long trainings, which run at full speed outside the race detector.
+func execBinary(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(buildOrtrain(t), args...)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	}
+	require.NoError(t, err)
+	return -1, "", ""
 }
 
 // execCLI runs ortrain with args and env (OPENREWARD_* etc.) and returns

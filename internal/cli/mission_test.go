@@ -48,7 +48,9 @@ func meanOf(rows []map[string]float64, key string) float64 {
 // rendered in the prompt and parsed from the model's output. After SFT at
 // least 90% of the assistant turns' tool calls parse; GRPO raises the mean
 // reward by at least 0.25 (first 5 steps vs last 10) and ends with at least
-// two tool calls per episode.
+// two tool calls per episode. Each phase runs the built binary, as make demo
+// does (minutes of training; under -race in-process it took most of the
+// package's time).
 func TestMissionSFTThenGRPO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for minutes")
@@ -70,13 +72,13 @@ func TestMissionSFTThenGRPO(t *testing.T) {
 	env := map[string]string{"ORTRAIN_WORKER_LIB": os.Getenv("ORTRAIN_WORKER_LIB")}
 
 	expert, mixed := filepath.Join(dir, "expert.jsonl"), filepath.Join(dir, "mixed.jsonl")
-	code, _, errOut := execCLI(t, env, "env", "demos", "lockbox", "--n", "256", "--skill", "1", "--seed", "0", "--out", expert)
+	code, _, errOut := execBinary(t, env, "env", "demos", "lockbox", "--n", "256", "--skill", "1", "--seed", "0", "--out", expert)
 	require.Equal(t, ExitOK, code, errOut)
-	code, _, errOut = execCLI(t, env, "env", "demos", "lockbox", "--n", "256", "--skill", "0.5", "--seed", "0", "--out", mixed)
+	code, _, errOut = execBinary(t, env, "env", "demos", "lockbox", "--n", "256", "--skill", "0.5", "--seed", "0", "--out", mixed)
 	require.Equal(t, ExitOK, code, errOut)
 
 	sftDir := filepath.Join(dir, "sft")
-	code, out, errOut := execCLI(t, env, "sft", "--config", cfg, "--data", expert, "--output-dir", sftDir, "--log-format", "json")
+	code, out, errOut := execBinary(t, env, "sft", "--config", cfg, "--data", expert, "--output-dir", sftDir, "--log-format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	expertModel := strings.TrimSpace(out)
 	require.DirExists(t, expertModel, "sft prints the weights run takes")
@@ -91,13 +93,13 @@ func TestMissionSFTThenGRPO(t *testing.T) {
 	assert.Less(t, last["eval_loss"], 0.005, "SFT learned to copy the code from the tool's answer")
 
 	mixedDir := filepath.Join(dir, "sft-mixed")
-	code, out, errOut = execCLI(t, env, "sft", "--config", cfg, "--model", expertModel, "--data", mixed, "--max-steps", "400", "--output-dir", mixedDir, "--log-format", "json")
+	code, out, errOut = execBinary(t, env, "sft", "--config", cfg, "--model", expertModel, "--data", mixed, "--max-steps", "400", "--output-dir", mixedDir, "--log-format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	model := strings.TrimSpace(out)
 	require.DirExists(t, model)
 
 	grpoDir := filepath.Join(dir, "grpo")
-	code, _, errOut = execCLI(t, env, "run", "--config", cfg, "--model", model, "--output-dir", grpoDir, "--log-format", "json")
+	code, _, errOut = execBinary(t, env, "run", "--config", cfg, "--model", model, "--output-dir", grpoDir, "--log-format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	rows := metricsRows(t, grpoDir)
 	require.GreaterOrEqual(t, len(rows), 15)
@@ -134,7 +136,7 @@ func missionAgentRun(t *testing.T, env map[string]string, dir, cfgText, model, o
 	cfg := filepath.Join(dir, "lockbox-agent.yaml")
 	agent := fmt.Sprintf("\nagent:\n  command: [%q, %q]\n", py, script)
 	require.NoError(t, os.WriteFile(cfg, []byte(cfgText+agent), 0o644))
-	code, _, errOut := execCLI(t, env, "run", "--config", cfg, "--model", model, "--output-dir", out, "--max-steps", "25", "--log-format", "json")
+	code, _, errOut := execBinary(t, env, "run", "--config", cfg, "--model", model, "--output-dir", out, "--max-steps", "25", "--log-format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	rows := metricsRows(t, out)
 	require.Len(t, rows, 25)

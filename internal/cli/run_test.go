@@ -84,13 +84,14 @@ func TestRunUnknownConfigKey(t *testing.T) {
 	assert.Contains(t, errOut, `unknown key "grpo.learnig_rate" (did you mean "grpo.learning_rate"?)`)
 }
 
-// buildOrtrain builds the real binary for black-box tests.
+// buildOrtrain returns the real binary for black-box tests, built once per
+// test process (TestMain removes it). It is built without -race: the
+// in-process tests (execCLI) are where the race detector looks, and the
+// black-box ones train at full speed.
 func buildOrtrain(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ortrain")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/ortrain")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin, err := builtOrtrain()
+	require.NoError(t, err)
 	return bin
 }
 
