@@ -98,7 +98,7 @@ func isUsage(err error) bool {
 		return true
 	case errors.As(err, &rexpr), errors.As(err, &rfield):
 		return true
-	case errors.Is(err, worker.ErrNoCGO): // rebuild ortrain with cgo
+	case errors.Is(err, worker.ErrNoCGO), worker.IsNotFound(err): // build ortrain with cgo, or the worker library
 		return true
 	case errors.Is(err, train.ErrRunDirInUse), errors.Is(err, train.ErrNoCheckpoint), errors.As(err, new(*runlock.HeldError)):
 		return true

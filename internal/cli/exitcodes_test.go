@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ortrain/ortrain/internal/worker"
 )
 
 // The README's exit-code table, row by row, for every command: 3 is what the
@@ -15,6 +17,9 @@ import (
 // success. Exit 2 (interrupted, checkpoint saved) is shown by the interrupt
 // tests (TestRunInterrupt…, TestLauncherInterrupt…, TestResume…).
 func TestExitCodeTable(t *testing.T) {
+	// The worker library, found from the checkout before leaving it (a
+	// clean clone has it in build/worker/, which the search finds from here).
+	lib, _, _ := worker.FindLibrary("", os.Getenv)
 	dir := t.TempDir()
 	t.Chdir(dir)
 	code, _, errOut := execCLI(t, nil, "init-model", "--preset", "tiny", "--out", "m")
@@ -53,6 +58,7 @@ func TestExitCodeTable(t *testing.T) {
 		row{"unknown preset", []string{"init-model", "--preset", "no-such-preset", "--out", "p"}, ExitUsage},
 		row{"not a run directory", []string{"report", missing}, ExitUsage},
 		row{"no checkpoint to resume", []string{"run", "--model", "m", "--output-dir", "runs/empty", "--resume"}, ExitUsage},
+		row{"no worker library", []string{"run", "--model", "m", "--output-dir", "runs/e", "--set", "worker.library=" + missing + ".so"}, ExitUsage},
 		row{"missing OPENREWARD_API_KEY", []string{"list-tasks", "--env", "Eigent/SETA"}, ExitUsage},
 		// 1: not the input's fault (or not knowably).
 		row{"env server unreachable", []string{"list-tasks", "--env", "http://127.0.0.1:1"}, ExitError},
@@ -65,7 +71,7 @@ func TestExitCodeTable(t *testing.T) {
 	)
 	for _, r := range rows {
 		t.Run(r.name+"/"+filepath.Base(r.args[0])+"_"+r.args[len(r.args)-1], func(t *testing.T) {
-			code, _, errOut := execCLI(t, map[string]string{"ORTRAIN_WORKER_LIB": os.Getenv("ORTRAIN_WORKER_LIB")}, r.args...)
+			code, _, errOut := execCLI(t, map[string]string{"ORTRAIN_WORKER_LIB": lib}, r.args...)
 			assert.Equal(t, r.code, code, "ortrain %v: %s", r.args, errOut)
 			if r.code == ExitUsage {
 				assert.Contains(t, errOut, "error: ", "a usage error says what is wrong")

@@ -168,8 +168,8 @@ func loadRows(s config.SFTConfig, enc *Encoder, seed int64) (trainRows, evalRows
 	stats.File = s.Data
 	if stats.SHA256, err = fileSHA256(s.Data); err != nil {
 		if errors.Is(err, fs.ErrNotExist) { // a usage error: name the flag and what writes one
-			return nil, nil, stats, &config.FieldError{Field: "sft.data", Value: s.Data,
-				Allowed: "an existing JSONL file of conversations: the file does not exist (--data FILE; `ortrain env demos` writes one)"}
+			return nil, nil, stats, fmt.Errorf("%w: %w", &config.FieldError{Field: "sft.data", Value: s.Data,
+				Allowed: "an existing JSONL file of conversations (--data FILE; `ortrain env demos` writes one)"}, err)
 		}
 		return nil, nil, stats, fmt.Errorf("sft.data: %w", err)
 	}

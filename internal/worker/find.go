@@ -14,10 +14,20 @@ const LibraryName = "libortrain_worker.so"
 // EnvLibrary names the environment variable that points at the library.
 const EnvLibrary = "ORTRAIN_WORKER_LIB"
 
-// NotFoundError says the worker library is in none of the searched places.
-type NotFoundError struct{ Searched []string }
+// NotFoundError says the worker library is in none of the searched places,
+// or not at the path given (From names where: the config, or EnvLibrary).
+type NotFoundError struct {
+	Searched []string
+	From     string
+}
 
 func (e *NotFoundError) Error() string {
+	switch e.From {
+	case "config":
+		return fmt.Sprintf("worker library %s (from config) does not exist; run scripts/build-worker.sh or fix the path", e.Searched[0])
+	case EnvLibrary:
+		return fmt.Sprintf("worker library %s (from %s) does not exist; run scripts/build-worker.sh or unset it", e.Searched[0], EnvLibrary)
+	}
 	return fmt.Sprintf("worker library %s not found (searched: %s); run scripts/build-worker.sh, or set %s",
 		LibraryName, strings.Join(e.Searched, ", "), EnvLibrary)
 }
@@ -42,13 +52,13 @@ func FindLibrary(explicit string, getenv func(string) string) (path string, sear
 		if try(explicit) {
 			return explicit, searched, nil
 		}
-		return "", searched, fmt.Errorf("worker library %s (from config) does not exist; run scripts/build-worker.sh or fix the path", explicit)
+		return "", searched, &NotFoundError{Searched: searched, From: "config"}
 	}
 	if env := getenv(EnvLibrary); env != "" {
 		if try(env) {
 			return env, searched, nil
 		}
-		return "", searched, fmt.Errorf("worker library %s (from %s) does not exist; run scripts/build-worker.sh or unset it", env, EnvLibrary)
+		return "", searched, &NotFoundError{Searched: searched, From: EnvLibrary}
 	}
 	var exeDir, wd string
 	if exe, err := os.Executable(); err == nil {
