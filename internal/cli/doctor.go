@@ -130,7 +130,7 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("doctor: missing %s (see the fix lines above)", strings.Join(missing, ", "))
+		return fmt.Errorf("doctor: not ready to train: %s (see the fix lines above)", strings.Join(missing, ", "))
 	}
 	return ctx.Err()
 }
