@@ -342,3 +342,16 @@ func suggestEnvVar(name string, valid map[string]string) string {
 	}
 	return ""
 }
+
+// DefaultText is key's embedded default as --help shows it: strings bare,
+// numbers as written, lists in brackets ("" for an empty string or list).
+func DefaultText(key string) string {
+	v := valueAt(reflect.ValueOf(Default()), key)
+	switch {
+	case v.Kind() == reflect.String:
+		return v.String()
+	case v.Kind() == reflect.Slice && v.Len() == 0:
+		return ""
+	}
+	return settingText(v)
+}

@@ -157,18 +157,3 @@ func TestLoadFileIgnoresEnvironmentAndRefusesUnknownKeys(t *testing.T) {
 	_, err = LoadFile(filepath.Join(t.TempDir(), "missing.yaml"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
-
-func TestDefaultText(t *testing.T) {
-	for key, want := range map[string]string{
-		"worker.device":              "auto",
-		"grpo.learning_rate":         "1e-06",
-		"grpo.num_generations":       "8",
-		"engine.vllm_urls":           "",
-		"sft.max_length":             "1024",
-		"grpo.loss_type":             "dapo",
-		"engine.kind":                "builtin",
-		"async.max_off_policy_steps": "0",
-	} {
-		assert.Equal(t, want, DefaultText(key), key)
-	}
-}
