@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
@@ -33,9 +34,9 @@ type DoctorOptions struct {
 	Executable func() (string, error)
 	WorkerLib  string
 	JSON       bool
-	// Probe opens the library and reports it; nil runs probeCommand in a
-	// child of Executable.
-	Probe func(ctx context.Context, lib string) (worker.Info, error)
+	// Probe opens the library and reports it (and the decode kernels it
+	// measures); nil runs probeCommand in a child of Executable.
+	Probe func(ctx context.Context, lib string) (workerProbe, error)
 	// LookPath finds optional tools (vllm); nil means exec.LookPath.
 	LookPath func(string) (string, error)
 }
@@ -96,7 +97,17 @@ func newProbeWorkerCmd(deps *Deps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return json.NewEncoder(deps.IO.Out).Encode(l.Info())
+			p := workerProbe{Info: l.Info()}
+			// The decode kernels of a CPU benchmark model's shapes, as a
+			// run's load would choose them (cached for this machine).
+			preset, _ := model.PresetByName(kernelsPreset)
+			k, err := l.ChooseDecodeKernels(cmd.Context(), worker.KernelsAuto, &preset.Config, runtime.NumCPU(), worker.KernelCacheDir(deps.Getenv))
+			if err != nil {
+				p.DecodeKernelsError = err.Error()
+			} else {
+				p.DecodeKernels = &k
+			}
+			return json.NewEncoder(deps.IO.Out).Encode(p)
 		},
 	}
 	cmd.Flags().StringVar(&lib, "lib", "", "library path")
@@ -159,11 +170,12 @@ func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
 	checks = append(checks, Check{Name: "worker library", OK: true, Required: true, Detail: lib})
 	probe := opts.Probe
 	if probe == nil {
-		probe = func(ctx context.Context, lib string) (worker.Info, error) {
+		probe = func(ctx context.Context, lib string) (workerProbe, error) {
 			return probeInChild(ctx, exe, nil, nil, lib)
 		}
 	}
-	info, err := probe(ctx, lib)
+	probed, err := probe(ctx, lib)
+	info := probed.Info
 	if err != nil {
 		checks = append(checks, Check{Name: "libtorch", Required: true, Detail: "worker library does not load: " + err.Error(),
 			Fix: "rebuild against the installed libtorch: scripts/build-worker.sh"})
@@ -172,7 +184,7 @@ func doctorChecks(ctx context.Context, opts *DoctorOptions) []Check {
 	checks = append(checks, Check{Name: "libtorch", OK: true, Required: true, Detail: fmt.Sprintf(
 		"%s (worker ABI %d, CXX11 ABI %v, %d intra-op threads by default)", info.LibtorchVersion, info.ABIVersion, info.CXX11ABI, info.Threads)})
 	checks = append(checks, c10dChecks(info)...)
-	checks = append(checks, storeCheck(info), oneDNNCheck(info))
+	checks = append(checks, storeCheck(info), oneDNNCheck(info), decodeKernelsCheck(probed))
 	if info.CUDADevices > 0 {
 		checks = append(checks, Check{Name: "CUDA", OK: true, Detail: fmt.Sprintf("%d device(s): use device cuda:0 …", info.CUDADevices)})
 	} else {
@@ -218,8 +230,8 @@ func storeCheck(info worker.Info) Check {
 		"which is fine for a few ranks", Fix: "optional: pip install torch (the wheels have libuv), then scripts/build-worker.sh"}
 }
 
-// oneDNNCheck reports whether CPU sampling hands its float32 matmuls to
-// oneDNN's sgemm (csrc/onednn.cpp, DecodeGemmScope).
+// oneDNNCheck reports whether oneDNN's sgemm is there for CPU sampling to
+// choose (csrc/onednn.cpp); decodeKernelsCheck what it chose.
 func oneDNNCheck(info worker.Info) Check {
 	const name = "oneDNN decode"
 	d := info.OneDNN
@@ -230,12 +242,69 @@ func oneDNNCheck(info worker.Info) Check {
 		return Check{Name: name, OK: true, Detail: "active: dnnl_sgemm from " + d.Library}
 	}
 	return Check{Name: name, Detail: "inactive (" + d.Detail + "): CPU sampling runs its matmuls on at::mm, " +
-		"several times slower at a few rows", Fix: "a libtorch whose libtorch_cpu links libdnnl (Debian's libtorch-dev) or exports dnnl_sgemm, then scripts/build-worker.sh"}
+		"which on some CPUs is several times slower at a few rows (the decode kernels line measures this one)", Fix: "a libtorch whose libtorch_cpu links libdnnl (Debian's libtorch-dev) or exports dnnl_sgemm, then scripts/build-worker.sh"}
+}
+
+// workerProbe is what the probe child prints: the library's Info and the
+// decode kernels it measured on kernelsPreset's shapes.
+type workerProbe struct {
+	worker.Info
+	DecodeKernels      *worker.DecodeKernels `json:"decode_kernels,omitempty"`
+	DecodeKernelsError string                `json:"decode_kernels_error,omitempty"`
+}
+
+// kernelsPreset is the model whose decode shapes doctor measures.
+const kernelsPreset = "small100m"
+
+// decodeKernelsCheck shows the decode kernels a CPU float32 model of
+// kernelsPreset's shapes gets here and the numbers behind the choice.
+func decodeKernelsCheck(p workerProbe) Check {
+	const name = "decode kernels"
+	switch {
+	case p.DecodeKernelsError != "":
+		return Check{Name: name, Detail: "not measured: " + p.DecodeKernelsError, Fix: rebuildFix}
+	case p.DecodeKernels == nil:
+		return Check{Name: name, Detail: "unknown: the probe did not measure them", Fix: rebuildFix}
+	}
+	k := *p.DecodeKernels
+	parts := []string{fmt.Sprintf("%s's shapes: %s", kernelsPreset, k.Summary())}
+	for _, rows := range []int64{1, 16, 128} {
+		var on, mm []float64
+		for _, g := range k.Bench.Gemm {
+			if g.Rows != rows || g.ATenSeconds <= 0 {
+				continue
+			}
+			mm = append(mm, g.GFLOPS(g.ATenSeconds))
+			if g.OneDNNSeconds > 0 {
+				on = append(on, g.GFLOPS(g.OneDNNSeconds))
+			}
+		}
+		if len(mm) > 0 {
+			parts = append(parts, fmt.Sprintf("%d rows: oneDNN %s, at::mm %s GFLOP/s", rows, gflopsRange(on), gflopsRange(mm)))
+		}
+	}
+	for _, a := range k.Bench.Attention {
+		if a.ATenSeconds > 0 && a.FusedSeconds > 0 {
+			parts = append(parts, fmt.Sprintf("attention at %d rows: fused %.0f µs, ATen %.0f µs", a.Rows, a.FusedSeconds*1e6, a.ATenSeconds*1e6))
+		}
+	}
+	if k.CachePath != "" {
+		parts = append(parts, "cache "+k.CachePath)
+	}
+	return Check{Name: name, OK: true, Detail: strings.Join(parts, "; ")}
+}
+
+// gflopsRange is "min–max" of rates, or "n/a".
+func gflopsRange(xs []float64) string {
+	if len(xs) == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f–%.0f", slices.Min(xs), slices.Max(xs))
 }
 
 // probeInChild runs `exe [prefix...] __probe-worker --lib lib` with a
-// timeout and decodes the Info it prints.
-func probeInChild(ctx context.Context, exe string, prefix, env []string, lib string) (worker.Info, error) {
+// timeout and decodes the report it prints.
+func probeInChild(ctx context.Context, exe string, prefix, env []string, lib string) (workerProbe, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	args := append(append([]string{}, prefix...), probeCommand, "--lib", lib)
@@ -249,13 +318,13 @@ func probeInChild(ctx context.Context, exe string, prefix, env []string, lib str
 			tail = "…" + tail[len(tail)-600:]
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return worker.Info{}, fmt.Errorf("probe timed out after %s: %s", probeTimeout, tail)
+			return workerProbe{}, fmt.Errorf("probe timed out after %s: %s", probeTimeout, tail)
 		}
-		return worker.Info{}, fmt.Errorf("probe child failed (%v): %s", err, tail)
+		return workerProbe{}, fmt.Errorf("probe child failed (%v): %s", err, tail)
 	}
-	var info worker.Info
+	var info workerProbe
 	if err := json.Unmarshal(out.Bytes(), &info); err != nil {
-		return worker.Info{}, fmt.Errorf("probe child printed no info: %w (%q)", err, out.String())
+		return workerProbe{}, fmt.Errorf("probe child printed no info: %w (%q)", err, out.String())
 	}
 	return info, nil
 }

@@ -61,9 +61,9 @@ func TestDoctorReportsProbedLibrary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, out := doctorOpts(map[string]string{worker.EnvLibrary: lib})
-			opts.Probe = func(_ context.Context, got string) (worker.Info, error) {
+			opts.Probe = func(_ context.Context, got string) (workerProbe, error) {
 				assert.Equal(t, lib, got)
-				return tc.info, tc.err
+				return workerProbe{Info: tc.info}, tc.err
 			}
 			err := runDoctor(context.Background(), opts)
 			if tc.wantErr {
@@ -104,7 +104,7 @@ func TestDoctorWorkerCapabilities(t *testing.T) {
 				{Name: "c10d NCCL", OK: true, Detail: "compiled in: data-parallel training on CUDA"},
 				{Name: "TCPStore libuv", OK: true, Detail: "available (libtorch's default store)"},
 				{Name: "oneDNN decode", Detail: "inactive (no libdnnl.so* is loaded and libtorch_cpu.so does not export dnnl_sgemm): " +
-					"CPU sampling runs its matmuls on at::mm, several times slower at a few rows"},
+					"CPU sampling runs its matmuls on at::mm, which on some CPUs is several times slower at a few rows (the decode kernels line measures this one)"},
 			}},
 		{"no backends", worker.Info{LibtorchVersion: "2.14.1"}, []Check{
 			{Name: "c10d Gloo", Detail: "not compiled in: data-parallel training on CPU (--nproc-per-node, torchrun) fails at start"},
@@ -117,7 +117,7 @@ func TestDoctorWorkerCapabilities(t *testing.T) {
 			require.NoError(t, os.WriteFile(lib, []byte("x"), 0o644))
 			opts, out := doctorOpts(map[string]string{worker.EnvLibrary: lib})
 			opts.JSON = true
-			opts.Probe = func(context.Context, string) (worker.Info, error) { return tc.info, nil }
+			opts.Probe = func(context.Context, string) (workerProbe, error) { return workerProbe{Info: tc.info}, nil }
 			require.NoError(t, runDoctor(context.Background(), opts))
 			var checks []Check
 			require.NoError(t, json.Unmarshal(out.Bytes(), &checks))
@@ -188,9 +188,23 @@ func TestDoctorProbesInChild(t *testing.T) {
 		t.Logf("worker library not built; probed only the missing-library path")
 		return
 	}
-	info, err := probeInChild(context.Background(), os.Args[0], prefix, env, lib)
+	cache := t.TempDir()
+	info, err := probeInChild(context.Background(), os.Args[0], prefix, append(env, "ORTRAIN_CACHE_DIR="+cache), lib)
 	require.NoError(t, err)
 	assert.Equal(t, worker.ABIVersion, info.ABIVersion)
 	assert.NotEmpty(t, info.LibtorchVersion)
 	assert.Equal(t, lib, info.Path)
+	// The child measured the decode kernels on small100m's shapes, into the
+	// cache it was given, and doctor shows the choice with its numbers.
+	require.Empty(t, info.DecodeKernelsError)
+	require.NotNil(t, info.DecodeKernels)
+	assert.True(t, info.DecodeKernels.Applies)
+	assert.Equal(t, "measured", info.DecodeKernels.Source)
+	assert.FileExists(t, filepath.Join(cache, "decode-kernels.json"))
+	c := decodeKernelsCheck(info)
+	assert.True(t, c.OK)
+	for _, want := range []string{"small100m's shapes: auto (measured in", "1 rows: oneDNN", "16 rows: oneDNN", "at::mm", "GFLOP/s", "attention at 16 rows: fused", "cache " + cache} {
+		assert.Contains(t, c.Detail, want)
+	}
+	t.Logf("doctor: %s", c.Detail)
 }

@@ -300,6 +300,12 @@ type WorkerConfig struct {
 	Device  string `mapstructure:"device"`
 	DType   string `mapstructure:"dtype"` // float32, bfloat16, float16
 	Threads int    `mapstructure:"threads"`
+	// DecodeKernels chooses the kernels of CPU float32 sampling: auto
+	// measures oneDNN's sgemm against libtorch's at::mm (and the fused
+	// decode attention against ATen's) on the model's shapes at load, once
+	// per machine (cached), and takes the faster; torch and onednn fix the
+	// choice (reproducible across machines, or to compare).
+	DecodeKernels string `mapstructure:"decode_kernels"`
 	// PackTokens > 0 packs each micro-batch's rows into sequences of at
 	// most this many tokens (TRL's padding_free with a token budget: each
 	// row attends only to itself, log-probs unchanged) instead of padding
@@ -407,7 +413,7 @@ func Default() Config {
 			VLLMHost:           "127.0.0.1",
 		},
 		Worker: WorkerConfig{
-			Device: "auto", DType: "float32",
+			Device: "auto", DType: "float32", DecodeKernels: "auto",
 			StepTimeout:       10 * time.Minute,
 			LogprobTimeout:    10 * time.Minute,
 			OptimizerTimeout:  5 * time.Minute,

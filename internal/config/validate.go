@@ -134,6 +134,11 @@ func (c *Config) validateEnvs() error {
 }
 
 func (c *Config) validateRuntime() error {
+	switch c.Worker.DecodeKernels {
+	case "auto", "torch", "onednn":
+	default:
+		return bad("worker.decode_kernels", c.Worker.DecodeKernels, "auto (measure at load and take the faster), torch (libtorch's at::mm) or onednn (oneDNN's sgemm)")
+	}
 	if n := c.Worker.PackTokens; n < 0 {
 		return bad("worker.pack_tokens", n, "0 (pad each row) or a token budget per packed sequence, e.g. 4096")
 	}

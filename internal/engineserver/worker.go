@@ -82,6 +82,9 @@ func OpenWorker(ctx context.Context, o WorkerOptions) (*WorkerBackend, error) {
 		lib.Close()
 		return nil, err
 	}
+	if k := m.DecodeKernels(); k.Applies {
+		o.Logger.Info().Str("mode", k.Mode).Msg("decode kernels: " + k.Summary())
+	}
 	b := &WorkerBackend{lib: lib, m: m, cfg: cfg}
 	if tok, err := chat.LoadTokenizer(o.ModelDir); err == nil {
 		b.tok = tok

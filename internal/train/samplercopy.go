@@ -83,6 +83,9 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 			lib.Close()
 			return nil, fmt.Errorf("load the sampler's copy %d of the policy: %w", i+1, err)
 		}
+		if i == 0 {
+			logDecodeKernels(log, "sampler copy", m.DecodeKernels())
+		}
 		c := &samplerModel{lib: lib, m: m}
 		s.copies = append(s.copies, c)
 		if err := s.copyWeights(ctx, c, 0); err != nil {

@@ -294,8 +294,8 @@ func modelOptions(cfg *config.Config, modelDir string, reference bool) worker.Mo
 	g := cfg.GRPO
 	opts := worker.ModelOptions{
 		Dir: modelDir, ChatTemplatePath: cfg.Chat.TemplatePath, Device: cfg.Worker.Device, DType: cfg.Worker.DType, Threads: cfg.Worker.Threads, Seed: cfg.Seed,
-		PackTokens: cfg.Worker.PackTokens,
-		Reference:  reference, GradientCheckpointing: g.GradientCheckpointing,
+		PackTokens: cfg.Worker.PackTokens, DecodeKernels: cfg.Worker.DecodeKernels,
+		Reference: reference, GradientCheckpointing: g.GradientCheckpointing,
 		Optim: worker.AdamWOptions{Beta1: g.AdamBeta1, Beta2: g.AdamBeta2, Eps: g.AdamEpsilon, WeightDecay: g.WeightDecay, MaxGradNorm: g.MaxGradNorm},
 	}
 	if opts.Threads == 0 {
@@ -339,8 +339,13 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 					"build it against a CUDA libtorch (scripts/install-libtorch.sh uses a pip torch's, then scripts/build-worker.sh) on a machine with a GPU, or pass --device cpu",
 					path, opts.Device, err)}
 		}
+		if errors.Is(err, worker.ErrOneDNNUnavailable) {
+			return nil, nil, &config.FieldError{Field: "worker.decode_kernels", Value: opts.DecodeKernels,
+				Allowed: fmt.Sprintf("auto or torch: %v", err)}
+		}
 		return nil, nil, err
 	}
+	logDecodeKernels(log, "policy", m.DecodeKernels())
 	warnLargeOnCPU(opts.Device, opts.DType, m.Config().NumParams(), g.LoRA.Enabled, log)
 	p := &workerPolicy{m: m, lora: g.LoRA.Enabled, libPath: path, device: opts.Device}
 	if resumeDir != "" {
@@ -351,4 +356,17 @@ func loadPolicy(ctx context.Context, cfg *config.Config, modelDir, resumeDir str
 		}
 	}
 	return lib, p, nil
+}
+
+// logDecodeKernels says which CPU decode kernels a loaded model samples
+// with and why (measured here, cached, or set by worker.decode_kernels).
+func logDecodeKernels(log zerolog.Logger, which string, k worker.DecodeKernels) {
+	if !k.Applies {
+		return
+	}
+	ev := log.Info().Str("model", which).Str("mode", k.Mode)
+	if k.CachePath != "" {
+		ev = ev.Str("cache", k.CachePath)
+	}
+	ev.Msg("decode kernels: " + k.Summary())
 }

@@ -1,13 +1,7 @@
 package worker
 
-import (
-	"fmt"
-
-	"github.com/ortrain/ortrain/internal/model"
-)
-
 // ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 9
+const ABIVersion = 10
 
 // Info describes an opened library.
 type Info struct {
@@ -26,10 +20,9 @@ type Info struct {
 	Store  *StoreInfo  `json:"tcpstore,omitempty"`
 }
 
-// OneDNNInfo says whether CPU float32 sampling and decoding hand their
-// matmuls to oneDNN's sgemm (found in the oneDNN libtorch loaded); without
-// it they run on at::mm, which is several times slower at a few rows when
-// libtorch's BLAS is OpenBLAS.
+// OneDNNInfo says whether oneDNN's sgemm (found in the oneDNN libtorch
+// loaded) is a candidate for CPU float32 sampling and decoding; whether it
+// runs is measured per model (DecodeKernels). Without it they run on at::mm.
 type OneDNNInfo struct {
 	Active  bool   `json:"active"`
 	Library string `json:"library,omitempty"` // where dnnl_sgemm was found
@@ -43,15 +36,4 @@ type StoreInfo struct {
 	LibUVDefault bool   `json:"libuv_default"`
 	LibUV        bool   `json:"libuv"`
 	Detail       string `json:"detail,omitempty"`
-}
-
-// oneDNNWarning is what LoadModel says when a CPU float32 model's sampling
-// cannot reach oneDNN's sgemm; "" when it can, when the model would not use
-// it, or when the library does not report it.
-func oneDNNWarning(info Info, device string, dt model.DType) string {
-	if device != "cpu" || dt != model.F32 || info.OneDNN == nil || info.OneDNN.Active {
-		return ""
-	}
-	return fmt.Sprintf("oneDNN decode matmuls unavailable (%s): CPU sampling runs them on at::mm, several times slower "+
-		"at a few rows; `ortrain doctor` reports it", info.OneDNN.Detail)
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ortrain/ortrain/internal/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,34 +83,6 @@ func TestStoreInfo(t *testing.T) {
 	}
 	if !info.Store.LibUV {
 		assert.NotEmpty(t, info.Store.Detail, "a missing libuv store should say why")
-	}
-}
-
-func TestOneDNNWarning(t *testing.T) {
-	off := &OneDNNInfo{Detail: "no libdnnl.so* is loaded"}
-	on := &OneDNNInfo{Active: true, Library: "/usr/lib/libdnnl.so.3.6"}
-	for _, tc := range []struct {
-		name   string
-		info   *OneDNNInfo
-		device string
-		dtype  model.DType
-		want   string
-	}{
-		{"inactive on cpu", off, "cpu", model.F32, "oneDNN decode matmuls unavailable (no libdnnl.so* is loaded)"},
-		{"active", on, "cpu", model.F32, ""},
-		{"cuda does not use it", off, "cuda:0", model.F32, ""},
-		{"bfloat16 does not use it", off, "cpu", model.BF16, ""},
-		{"older library says nothing", nil, "cpu", model.F32, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := oneDNNWarning(Info{OneDNN: tc.info}, tc.device, tc.dtype)
-			if tc.want == "" {
-				assert.Empty(t, got)
-				return
-			}
-			assert.Contains(t, got, tc.want)
-			assert.Contains(t, got, "at::mm")
-		})
 	}
 }
 

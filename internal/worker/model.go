@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
@@ -36,6 +35,8 @@ type Model struct {
 	// shard is the stage of the group the model joined: with one, its
 	// optimizer state is this rank's slice (Group.SaveOptimizerShard).
 	shard ShardStage
+	// kernels is the choice of CPU decode kernels made at load.
+	kernels DecodeKernels
 }
 
 var dtypeCodes = map[model.DType]C.int32_t{
@@ -153,15 +154,12 @@ func (l *Library) LoadModel(ctx context.Context, o ModelOptions) (*Model, error)
 	// The per-tensor read buffers are garbage now: return them to the OS
 	// rather than keep a checkpoint-sized Go heap next to libtorch's copy.
 	debug.FreeOSMemory()
-	if msg := oneDNNWarning(l.info, o.Device, dt); msg != "" {
-		oneDNNWarned.Do(func() { fmt.Fprintf(os.Stderr, "ortrain worker: %s\n", msg) })
+	if err := m.chooseKernels(ctx, o); err != nil {
+		m.Close()
+		return nil, err
 	}
 	return m, nil
 }
-
-// oneDNNWarned makes the oneDNN warning once per process: every model of it
-// shares the one libtorch.
-var oneDNNWarned sync.Once
 
 func (m *Model) loadWeights(ctx context.Context, dir string, tensors map[string]model.ModelTensor) error {
 	names := make([]string, 0, len(tensors))

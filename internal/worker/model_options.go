@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -78,6 +79,13 @@ type ModelOptions struct {
 	// LogprobPath selects how ForwardBackward differentiates the vocab
 	// projection; the zero value (LogprobAuto) is the fast choice.
 	LogprobPath LogprobPath
+	// DecodeKernels chooses the kernels of CPU float32 sampling and
+	// decoding: KernelsAuto ("" too) measures them on the model's shapes at
+	// load, KernelsTorch and KernelsOneDNN fix them (Model.DecodeKernels).
+	DecodeKernels string
+	// KernelCacheDir keeps auto's measurements, one file per directory
+	// ("" = KernelCacheDir(os.Getenv)).
+	KernelCacheDir string
 }
 
 // LogprobPath is how ForwardBackward gets the gradient through the vocab
@@ -140,6 +148,15 @@ func resolveOptions(o ModelOptions, cfg *model.Config) (ModelOptions, model.DTyp
 	dt, err := parseDType(o.DType)
 	if err != nil {
 		return o, "", err
+	}
+	if o.DecodeKernels == "" {
+		o.DecodeKernels = KernelsAuto
+	}
+	if !slices.Contains(KernelModes, o.DecodeKernels) {
+		return o, "", fmt.Errorf("decode_kernels %q is unknown (allowed: %s)", o.DecodeKernels, strings.Join(KernelModes, ", "))
+	}
+	if o.KernelCacheDir == "" {
+		o.KernelCacheDir = KernelCacheDir(os.Getenv)
 	}
 	if o.LogprobChunkRows < 0 {
 		return o, "", fmt.Errorf("logprob_chunk_rows: %d must be >= 0 (0 = automatic)", o.LogprobChunkRows)

@@ -2,7 +2,7 @@
 
 package worker
 
-// This file stands in for the cgo files (abi.go cmem.go decoder.go dist.go
+// This file stands in for the cgo files (abi.go cmem.go decode_kernels_cgo.go decoder.go dist.go
 // library.go model.go sample.go shard.go train.go) in a build without cgo:
 // the handle types hold no C state, and every function and method those
 // files export is here with the same signature. Each returns a *NoCGOError
@@ -220,3 +220,16 @@ func (g *Group) SaveOptimizerShard(ctx context.Context, path string) error {
 
 // Close returns a *NoCGOError.
 func (g *Group) Close() error { return noCGO("leave process group") }
+
+// MeasureDecodeKernels returns a *NoCGOError.
+func (l *Library) MeasureDecodeKernels(ctx context.Context, cfg *model.Config, threads int, cacheDir string) (KernelMeasurement, error) {
+	return KernelMeasurement{}, noCGO("measure decode kernels")
+}
+
+// DecodeKernels returns the zero DecodeKernels.
+func (m *Model) DecodeKernels() DecodeKernels { return DecodeKernels{} }
+
+// ChooseDecodeKernels returns a *NoCGOError.
+func (l *Library) ChooseDecodeKernels(ctx context.Context, mode string, cfg *model.Config, threads int, cacheDir string) (DecodeKernels, error) {
+	return DecodeKernels{}, noCGO("choose decode kernels")
+}

@@ -49,6 +49,8 @@ type options struct {
 	vocab           int
 	logprobPath     string
 	chunkRows       int
+	decodeKernels   string
+	kernelCache     string
 }
 
 type result struct {
@@ -92,6 +94,11 @@ type result struct {
 	ParamBytes     int64 `json:"param_bytes,omitempty"`
 	GradBytes      int64 `json:"grad_bytes,omitempty"`
 	OptimizerBytes int64 `json:"optimizer_bytes,omitempty"`
+	// CPU is the processor and its ISA; DecodeKernels the CPU decode
+	// kernels chosen at load (their summary and the choice itself).
+	CPU                 worker.CPU            `json:"cpu"`
+	DecodeKernels       string                `json:"decode_kernels"`
+	DecodeKernelsChoice *worker.DecodeKernels `json:"decode_kernels_choice,omitempty"`
 	// PeakRSSLoadMiB is the peak RSS before the first step (the model
 	// loaded, the group joined): peak_rss_mib above it is training's.
 	PeakRSSLoadMiB float64 `json:"peak_rss_load_mib,omitempty"`
@@ -123,6 +130,8 @@ func main() {
 	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
 	flag.StringVar(&o.logprobPath, "logprob-path", "auto", "auto, fused or recompute: how the loss gradient crosses the vocab projection")
 	flag.IntVar(&o.chunkRows, "logprob-chunk-rows", 0, "token rows per vocab-projection chunk (0 = the worker's choice)")
+	flag.StringVar(&o.decodeKernels, "decode-kernels", "auto", "auto, torch or onednn: the CPU decode kernels (worker.decode_kernels)")
+	flag.StringVar(&o.kernelCache, "kernel-cache", "", "directory of the decode-kernel measurements (default: ortrain's cache)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchworker:", err)
@@ -158,7 +167,8 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	m, err := lib.LoadModel(ctx, worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
-		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath, LogprobChunkRows: o.chunkRows})
+		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath, LogprobChunkRows: o.chunkRows,
+		DecodeKernels: o.decodeKernels, KernelCacheDir: o.kernelCache})
 	if err != nil {
 		return err
 	}
@@ -206,7 +216,10 @@ func run(ctx context.Context, o options) error {
 	res := result{
 		Model: o.model, Device: o.device, DType: string(m.DType()), Threads: o.threads, Libtorch: lib.Info().LibtorchVersion,
 		Params: m.Config().NumParams(), Vocab: V, LogprobPath: o.logprobPath, Rows: o.rows, SeqLen: seq,
-		PeakRSSLoadMiB: loadRSS,
+		PeakRSSLoadMiB: loadRSS, CPU: worker.HostCPU(),
+	}
+	if k := m.DecodeKernels(); k.Applies {
+		res.DecodeKernels, res.DecodeKernelsChoice = k.Summary(), &k
 	}
 	if !o.sampleOnly && o.steps > 0 {
 		n := float64(o.steps)

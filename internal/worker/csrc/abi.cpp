@@ -369,6 +369,39 @@ int ort_device_memory(ort_model* h, int32_t reset_peak, ort_device_memory_stats*
   });
 }
 
+int ort_decode_shapes(const ort_arch* arch, ort_gemm_timing* gemm, int32_t gemm_cap, int32_t* n_gemm,
+                      ort_attention_timing* attn, int32_t attn_cap, int32_t* n_attn, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (arch == nullptr || n_gemm == nullptr || n_attn == nullptr) throw std::runtime_error("decode shapes: nil argument");
+    auto [g, a] = ort::decode_shapes(*arch);
+    *n_gemm = static_cast<int32_t>(g.size());
+    *n_attn = static_cast<int32_t>(a.size());
+    if (gemm != nullptr) std::copy_n(g.begin(), std::min<size_t>(g.size(), std::max(gemm_cap, 0)), gemm);
+    if (attn != nullptr) std::copy_n(a.begin(), std::min<size_t>(a.size(), std::max(attn_cap, 0)), attn);
+  });
+}
+
+int ort_bench_gemm(ort_gemm_timing* t, int32_t n, int32_t threads, double budget_s, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (n < 0 || (n > 0 && t == nullptr)) throw std::runtime_error("bench gemm: bad entries");
+    if (threads > 0) at::set_num_threads(threads);
+    ort::bench_gemm(t, n, budget_s);
+  });
+}
+
+int ort_bench_attention(ort_attention_timing* t, int32_t n, int32_t threads, double budget_s, char* err,
+                        size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (n < 0 || (n > 0 && t == nullptr)) throw std::runtime_error("bench attention: bad entries");
+    if (threads > 0) at::set_num_threads(threads);
+    ort::bench_attention(t, n, budget_s);
+  });
+}
+
+int ort_model_set_decode_kernels(ort_model* h, const char* spec, char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::set_decode_kernels(model(h), spec != nullptr ? spec : ""); });
+}
+
 int ort_group_join(ort_model* h, const ort_group_options* o, ort_group** out, const volatile int32_t* cancel,
                    char* err, size_t err_len) {
   return guard(err, err_len, [&] {

@@ -31,9 +31,9 @@ SerialScope::~SerialScope() {
   if (saved_ > 1) omp_set_num_threads(saved_);
 }
 
-bool serial_decode(const Model& m, int64_t rows) {
-  if (!m.device.is_cpu()) return false;
-  const auto& a = m.arch;
+bool serial_decode(const Model& m, int64_t rows) { return m.device.is_cpu() && serial_decode_arch(m.arch, rows); }
+
+bool serial_decode_arch(const ort_arch& a, int64_t rows) {
   const int64_t widest = std::max<int64_t>({a.vocab_size, a.intermediate_size, int64_t{a.num_heads} * a.head_dim});
   constexpr int64_t kSerialMACs = int64_t{2} << 20;
   return rows * a.hidden_size * widest < kSerialMACs;
@@ -341,6 +341,36 @@ static void attention_masks(LayerCtx& c, const at::Tensor& key_pos, at::ScalarTy
                .masked_fill(c.allowed.view({B, 1, 1, L, Lk}).logical_not(), -std::numeric_limits<double>::infinity());
 }
 
+at::Tensor aten_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
+                          const at::Tensor& bias, bool cached, bool packed, at::ScalarType acc) {
+  const int64_t B = q.size(0), nh = q.size(1), L = q.size(2), hd = q.size(3), nkv = k.size(1), Lk = k.size(2);
+  const int64_t g = nh / nkv;
+#if ORT_TORCH_AT_LEAST(2, 0)
+  // Fused attention (flash / memory-efficient kernels on CUDA); GQA by
+  // expanding k/v to the query heads.
+  auto heads = [&](const at::Tensor& t) {
+    return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
+  };
+  auto out = !cached && packed
+                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), allowed, 0.0, false)
+             : !cached ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
+             : allowed.defined()
+                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), allowed, 0.0, false)
+                 : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
+  out = out.transpose(1, 2).reshape({B, L, nh * hd});
+#else
+  // GQA without copying k/v: the g query heads of each kv head become rows.
+  // Scale q (smaller than the scores) and add the precomputed mask bias.
+  auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});
+  auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk});
+  scores = cast(scores, acc);
+  if (bias.defined()) scores = scores + bias;
+  auto probs = cast(at::softmax(scores, -1), q.scalar_type()).view({B, nkv, g * L, Lk});
+  auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
+#endif
+  return out;
+}
+
 static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   const auto& a = c.m->arch;
   const int64_t B = x.size(0), L = x.size(1), hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
@@ -364,34 +394,11 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
     k = ck;
     v = cv;
   }
-  const int64_t Lk = k.size(2), g = nh / nkv;
-  if (L == 1 && c.cache != nullptr && decode_attention_applies(q, k, v, c.bias)) {
+  if (L == 1 && c.cache != nullptr && c.m->kernels.fused_attention && decode_attention_applies(q, k, v, c.bias)) {
     auto out = decode_attention(q, k, v, c.bias, 1.0 / std::sqrt(static_cast<double>(hd)));
     return linear(*c.m, c.w->o, out, c.lora_on);
   }
-#if ORT_TORCH_AT_LEAST(2, 0)
-  // Fused attention (flash / memory-efficient kernels on CUDA); GQA by
-  // expanding k/v to the query heads.
-  auto heads = [&](const at::Tensor& t) {
-    return g == 1 ? t : t.unsqueeze(2).expand({B, nkv, g, Lk, hd}).reshape({B, nh, Lk, hd});
-  };
-  auto out = c.cache == nullptr && c.seg.defined()
-                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false)
-             : c.cache == nullptr ? at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, true)
-             : c.allowed.defined()
-                 ? at::scaled_dot_product_attention(q, heads(k), heads(v), c.allowed, 0.0, false)
-                 : at::scaled_dot_product_attention(q, heads(k), heads(v), c10::nullopt, 0.0, false);
-  out = out.transpose(1, 2).reshape({B, L, nh * hd});
-#else
-  // GQA without copying k/v: the g query heads of each kv head become rows.
-  // Scale q (smaller than the scores) and add the precomputed mask bias.
-  auto q4 = (q * (1.0 / std::sqrt(static_cast<double>(hd)))).reshape({B, nkv, g * L, hd});
-  auto scores = at::matmul(q4, k.transpose(-1, -2)).view({B, nkv, g, L, Lk});
-  scores = cast(scores, acc_dtype(*c.m));
-  if (c.bias.defined()) scores = scores + c.bias;
-  auto probs = cast(at::softmax(scores, -1), q.scalar_type()).view({B, nkv, g * L, Lk});
-  auto out = at::matmul(probs, v).view({B, nh, L, hd}).transpose(1, 2).reshape({B, L, nh * hd});
-#endif
+  auto out = aten_attention(q, k, v, c.allowed, c.bias, c.cache != nullptr, c.seg.defined(), acc_dtype(*c.m));
   return linear(*c.m, c.w->o, out, c.lora_on);
 }
 

@@ -6,6 +6,8 @@
 #include <ATen/core/grad_mode.h>  // NoGradGuard, GradMode: ATen.h stopped including it in 2.x
 #include <torch/version.h>
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -88,6 +90,25 @@ struct Shard {
   std::vector<uint8_t> has_state, has_grad;
 };
 
+// DecodeKernels say which kernel each CPU float32 product of sampling and
+// decoding runs on. No kernel is fastest on every CPU (oneDNN 2.7's sgemm
+// ran the 16-row decode shapes at half of OpenBLAS's speed on an AMD EPYC
+// and at twice it on an Intel Xeon), so the Go side measures both on the
+// model's own shapes at load (ort_bench_gemm, ort_bench_attention) and sets
+// the choice here. Until it does, a model keeps the old default: oneDNN
+// where it is available, and the fused decode attention.
+enum class Gemm : uint8_t { ATEN = 0, ONEDNN = 1 };
+// Products are told apart by rows class: 1, 16 and 128 rows are measured,
+// and a product of M rows takes the choice of the nearest (rows_class).
+constexpr int kRowClasses = 3;
+constexpr int64_t kClassRows[kRowClasses] = {1, 16, 128};
+int rows_class(int64_t rows);
+struct DecodeKernels {
+  Gemm fallback = Gemm::ONEDNN;                                               // shapes not in gemm
+  std::map<std::pair<int64_t, int64_t>, std::array<Gemm, kRowClasses>> gemm;  // by (K, N)
+  bool fused_attention = true;                                                // decode_attention, else ATen's
+};
+
 struct Model {
   // rope_cos / rope_sin_rot [positions, head_dim] are the rotary tables of
   // positions 0.. (model.cpp's rope_tables), grown on demand.
@@ -123,6 +144,7 @@ struct Model {
   at::Generator gen;  // LoRA init and dropout
   bool training = false;  // LoRA dropout on (set during forward_backward)
   bool decode_gemm = false;  // matmul_nt may use oneDNN's sgemm (set by DecodeGemmScope)
+  DecodeKernels kernels;     // which kernel each decode product runs on (ort_model_set_decode_kernels)
   // weights_version changes whenever a weight the forward pass reads may
   // have changed (optimizer step, tensor write), so a decoder knows its
   // cached keys/values are stale.
@@ -239,6 +261,26 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // SerialScope: its largest matmul (the vocab projection or the MLP) is under
 // a few million multiply-adds, so no op in it gains from a second thread.
 bool serial_decode(const Model& m, int64_t rows);
+bool serial_decode_arch(const ort_arch& a, int64_t rows);  // the same rule, for a CPU model of arch a
+
+// aten_attention is attention's general path (ATen ops; fused SDPA on
+// libtorch 2.x): q [B, nh, L, hd], k, v [B, nkv, Lk, hd]; allowed/bias as
+// LayerCtx's (either may be undefined); cached: keys come from a KV cache;
+// packed: allowed separates packed rows. Returns [B, L, nh * hd].
+at::Tensor aten_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
+                          const at::Tensor& bias, bool cached, bool packed, at::ScalarType acc);
+
+// sgemm_available says whether oneDNN's dnnl_sgemm was found (onednn.cpp);
+// sgemm_nt runs y [M, N] = x [M, K] w [N, K]^T (+ b) with it, false when it
+// cannot (not found, or it returned an error).
+bool sgemm_available();
+bool sgemm_nt(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y);
+
+// decode_kernels.cpp: the C entry points' bodies (worker_abi.h, ABI 10).
+std::pair<std::vector<ort_gemm_timing>, std::vector<ort_attention_timing>> decode_shapes(const ort_arch& a);
+void bench_gemm(ort_gemm_timing* t, int32_t n, double budget_s);
+void bench_attention(ort_attention_timing* t, int32_t n, double budget_s);
+void set_decode_kernels(Model& m, const std::string& spec);
 
 // loss.cpp: token log-probs and entropies of targets given hidden rows,
 // chunked over rows so [N, V] logits never exist at once.

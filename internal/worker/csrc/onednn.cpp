@@ -1,10 +1,12 @@
-// onednn.cpp: matmul_nt, the decode matmuls handed to oneDNN's sgemm when
-// this process's libtorch carries it (DecodeGemmScope), and where it was
-// found (onednn_status, reported by ort_info).
+// onednn.cpp: matmul_nt, the decode matmuls handed to oneDNN's sgemm or to
+// at::mm as the model's DecodeKernels say (under a DecodeGemmScope), and
+// where oneDNN's sgemm was found (onednn_status, reported by ort_info).
+// ORTRAIN_WORKER_ONEDNN=off hides it, as if libtorch carried no oneDNN.
 #include <ATen/Parallel.h>  // at::set_num_threads, whose address names libtorch_cpu
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -52,6 +54,10 @@ struct Sgemm {
 // carries oneDNN with the symbol visible.
 Sgemm find_sgemm() {
   Sgemm s;
+  if (const char* v = std::getenv("ORTRAIN_WORKER_ONEDNN"); v != nullptr && std::strcmp(v, "off") == 0) {
+    s.status.why = "turned off by ORTRAIN_WORKER_ONEDNN=off";
+    return s;
+  }
   std::vector<std::string> dnnl;
   dl_iterate_phdr(loaded_dnnl, &dnnl);
   for (const auto& path : dnnl) {
@@ -82,18 +88,34 @@ const Sgemm& sgemm() {
 
 const OneDnnStatus& onednn_status() { return sgemm().status; }
 
+int rows_class(int64_t rows) {
+  // The class whose measured rows are nearest on a log scale: 1 | 4 | 16 | 45 | 128.
+  return rows <= 4 ? 0 : rows <= 45 ? 1 : 2;
+}
+
+bool sgemm_available() { return sgemm().fn != nullptr; }
+
+bool sgemm_nt(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y) {
+  SgemmFn gemm = sgemm().fn;
+  if (gemm == nullptr) return false;
+  const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
+  // With a bias, C starts as the bias in every row and beta = 1 adds the product.
+  y = b.defined() ? b.reshape({1, N}).expand({M, N}).contiguous() : at::empty({M, N}, x.options());
+  return gemm('N', 'T', M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, b.defined() ? 1.0f : 0.0f,
+              y.data_ptr<float>(), N) == 0;
+}
+
 at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const bool onednn = m.decode_gemm && x.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
-                      x.dim() == 2 && w.dim() == 2 && x.is_contiguous() && w.is_contiguous() && x.size(1) == w.size(1) &&
-                      (!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == w.size(0))) &&
-                      !at::GradMode::is_enabled() && x.numel() > 0 && w.numel() > 0;
-  if (SgemmFn gemm = onednn ? sgemm().fn : nullptr) {
-    const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
-    // With a bias, C starts as the bias in every row and beta = 1 adds the product.
-    auto y = b.defined() ? b.reshape({1, N}).expand({M, N}).contiguous() : at::empty({M, N}, x.options());
-    const int status = gemm('N', 'T', M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
-                            b.defined() ? 1.0f : 0.0f, y.data_ptr<float>(), N);
-    if (status == 0) return y;
+  const bool applies = m.decode_gemm && x.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+                       x.dim() == 2 && w.dim() == 2 && x.is_contiguous() && w.is_contiguous() && x.size(1) == w.size(1) &&
+                       (!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == w.size(0))) &&
+                       !at::GradMode::is_enabled() && x.numel() > 0 && w.numel() > 0;
+  if (applies) {
+    const auto& k = m.kernels;
+    auto it = k.gemm.find({w.size(1), w.size(0)});
+    const Gemm choice = it == k.gemm.end() ? k.fallback : it->second[rows_class(x.size(0))];
+    at::Tensor y;
+    if (choice == Gemm::ONEDNN && sgemm_nt(x, w, b, y)) return y;
   }
   return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
 }

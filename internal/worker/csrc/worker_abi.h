@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 9
+#define ORT_ABI_VERSION 10
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -366,6 +366,51 @@ int ort_group_allreduce_f64(ort_group *g, int32_t op, double *values, size_t n, 
  * out has room for out_cap >= world_size*max_n bytes. */
 int ort_group_allgather(ort_group *g, const void *data, size_t n, size_t max_n, void *out, size_t out_cap,
                         const volatile int32_t *cancel, char *err, size_t err_len);
+
+/* Decode kernels (ABI 10). CPU float32 sampling and decoding can run each
+ * product [rows, k] x [n, k]^T on oneDNN's sgemm or on at::mm, and attend
+ * one query per row with the worker's fused loop or with ATen's ops. Which
+ * is faster depends on the CPU and its BLAS, so the caller measures both on
+ * the model's own shapes and sets the choice per shape.
+ *
+ * ort_decode_shapes lists what to measure for a model of arch: one
+ * ort_gemm_timing per distinct (k, n) of its projections and LM head at 1,
+ * 16 and 128 rows (a product of M rows takes the choice of the nearest of
+ * these), and one ort_attention_timing at 1 and 16 rows; serial says the
+ * decode step of those rows runs on one thread (it does, for a model that
+ * small), and the timing does the same. It writes at most gemm_cap and
+ * attn_cap entries and the counts it needed into n_gemm and n_attn. */
+typedef struct {
+  int64_t rows, k, n; /* x [rows, k] times w [n, k]^T */
+  int32_t serial;     /* time it on one thread */
+  /* Outputs of ort_bench_gemm: seconds per product, the fastest of several
+   * runs (of one, once the budget is spent); onednn_s < 0: oneDNN's sgemm
+   * is unavailable. n above 4096 is timed on its first 4096 rows. */
+  double onednn_s, aten_s;
+} ort_gemm_timing;
+
+typedef struct {
+  int64_t rows, heads, kv_heads, head_dim, keys;
+  int32_t serial;
+  double fused_s, aten_s; /* outputs of ort_bench_attention, as ort_gemm_timing's */
+} ort_attention_timing;
+
+int ort_decode_shapes(const ort_arch *arch, ort_gemm_timing *gemm, int32_t gemm_cap, int32_t *n_gemm,
+                      ort_attention_timing *attn, int32_t attn_cap, int32_t *n_attn, char *err, size_t err_len);
+/* Time every entry on random data, in order: several runs each until
+ * budget_s seconds are spent, then one run each (a choice needs every
+ * number, and the same numbers every time it is made). threads > 0 sets
+ * libtorch's intra-op threads first (process-wide, as ort_model_new does). */
+int ort_bench_gemm(ort_gemm_timing *t, int32_t n, int32_t threads, double budget_s, char *err, size_t err_len);
+int ort_bench_attention(ort_attention_timing *t, int32_t n, int32_t threads, double budget_s, char *err,
+                        size_t err_len);
+/* Sets m's decode kernels from spec, space-separated fields:
+ *   fallback=onednn|aten   shapes not listed (the default before any call: onednn)
+ *   attention=fused|aten
+ *   gemm:KxN=B1,B16,B128   the backend at 1, 16 and 128 rows, each onednn|aten
+ * Fails, changing nothing, on a malformed spec or one that names onednn
+ * where oneDNN's sgemm is unavailable. */
+int ort_model_set_decode_kernels(ort_model *m, const char *spec, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }
