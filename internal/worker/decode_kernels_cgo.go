@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -83,6 +84,16 @@ func (l *Library) MeasureDecodeKernels(ctx context.Context, cfg *model.Config, t
 		res.CacheProblem = cacheErr.Error()
 	}
 	return res, nil
+}
+
+// BenchGemm times oneDNN's sgemm and at::mm on the given products (their
+// seconds are filled in) on threads intra-op threads: scripts/bench-worker's
+// sgemm peak.
+func (l *Library) BenchGemm(shapes []GemmTiming, threads int) ([]GemmTiming, error) {
+	eb := newErrBuf()
+	defer eb.free()
+	b, err := l.benchDecodeKernels(eb, KernelBench{Gemm: slices.Clone(shapes)}, threads)
+	return b.Gemm, err
 }
 
 // benchDecodeKernels runs ort_bench_gemm and ort_bench_attention on b.

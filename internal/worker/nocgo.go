@@ -233,3 +233,8 @@ func (m *Model) DecodeKernels() DecodeKernels { return DecodeKernels{} }
 func (l *Library) ChooseDecodeKernels(ctx context.Context, mode string, cfg *model.Config, threads int, cacheDir string) (DecodeKernels, error) {
 	return DecodeKernels{}, noCGO("choose decode kernels")
 }
+
+// BenchGemm returns a *NoCGOError.
+func (l *Library) BenchGemm(shapes []GemmTiming, threads int) ([]GemmTiming, error) {
+	return nil, noCGO("bench gemm")
+}

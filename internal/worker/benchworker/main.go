@@ -99,6 +99,15 @@ type result struct {
 	CPU                 worker.CPU            `json:"cpu"`
 	DecodeKernels       string                `json:"decode_kernels"`
 	DecodeKernelsChoice *worker.DecodeKernels `json:"decode_kernels_choice,omitempty"`
+	// TrainGFLOPS is the model FLOPs of a training step's forward and
+	// backward (3x the forward's matmuls and attention, no recompute) per
+	// second of forward+backward; SgemmPeakGFLOPS the fastest float32
+	// matmul measured here on the step's own shapes and a square one (the
+	// faster of oneDNN's sgemm and at::mm, PeakKernel), PeakShare their ratio.
+	TrainGFLOPS     float64 `json:"train_gflops,omitempty"`
+	SgemmPeakGFLOPS float64 `json:"sgemm_peak_gflops,omitempty"`
+	PeakKernel      string  `json:"sgemm_peak_kernel,omitempty"`
+	PeakShare       float64 `json:"train_peak_share,omitempty"`
 	// PeakRSSLoadMiB is the peak RSS before the first step (the model
 	// loaded, the group joined): peak_rss_mib above it is training's.
 	PeakRSSLoadMiB float64 `json:"peak_rss_load_mib,omitempty"`
@@ -231,6 +240,11 @@ func run(ctx context.Context, o options) error {
 		res.TrainStepFaults = t.faults / n
 		res.FwdBwdTokensPerS = tokens / t.fwdBwd.Seconds()
 		res.FwdBwdCPU = t.fbCPU / n
+		if o.device == "cpu" {
+			if err := setPeakShare(&res, lib, m.Config(), seq, tokens/t.fwdBwd.Seconds(), o); err != nil {
+				return err
+			}
+		}
 		res.GradAccum = o.gradAccum
 		if res.ParamBytes, res.GradBytes, res.OptimizerBytes, err = heldBytes(m); err != nil {
 			return err
@@ -394,4 +408,41 @@ func sysSecondsAndFaults() (float64, float64) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Stime.Sec) + float64(ru.Stime.Usec)/1e6, float64(ru.Minflt)
+}
+
+// forwardFLOPsPerToken counts a forward pass's multiply-adds twice: every
+// projection and the LM head, and attention's two products over seq keys
+// (as computed: the mask does not skip work).
+func forwardFLOPsPerToken(c *model.Config, seq int) float64 {
+	h, i, v := float64(c.HiddenSize), float64(c.IntermediateSize), float64(c.VocabSize)
+	q, kv := float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
+	perLayer := h*q + 2*h*kv + q*h + 3*h*i + 2*q*float64(seq)
+	return 2 * (float64(c.NumHiddenLayers)*perLayer + h*v)
+}
+
+// setPeakShare measures this machine's float32 matmul peak on the training
+// step's own shapes (and a square one) and sets the step's share of it.
+func setPeakShare(res *result, lib *worker.Library, c *model.Config, seq int, tokensPerS float64, o options) error {
+	m := int64(o.rows * seq)
+	shapes := []worker.GemmTiming{
+		{Rows: m, K: int64(c.HiddenSize), N: int64(c.IntermediateSize)},
+		{Rows: m, K: int64(c.IntermediateSize), N: int64(c.HiddenSize)},
+		{Rows: 2048, K: 2048, N: 2048},
+	}
+	got, err := lib.BenchGemm(shapes, o.threads)
+	if err != nil {
+		return err
+	}
+	for _, g := range got {
+		for kernel, s := range map[string]float64{"onednn": g.OneDNNSeconds, "at::mm": g.ATenSeconds} {
+			if r := g.GFLOPS(s); r > res.SgemmPeakGFLOPS {
+				res.SgemmPeakGFLOPS, res.PeakKernel = r, fmt.Sprintf("%s %dx%dx%d", kernel, g.Rows, g.K, g.N)
+			}
+		}
+	}
+	res.TrainGFLOPS = 3 * forwardFLOPsPerToken(c, seq) * tokensPerS / 1e9
+	if res.SgemmPeakGFLOPS > 0 {
+		res.PeakShare = res.TrainGFLOPS / res.SgemmPeakGFLOPS
+	}
+	return nil
 }
