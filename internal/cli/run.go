@@ -416,6 +416,8 @@ func envVarHelp() string {
 	b.WriteString("  OPENREWARD_URL           platform base URL (default https://openreward.ai)\n")
 	b.WriteString("  OPENREWARD_API_URL, OPENREWARD_SESSION_URL  override the api./sessions. hosts\n")
 	b.WriteString("  ORTRAIN_WORKER_LIB       path of the libtorch worker library\n")
+	b.WriteString("  ORTRAIN_CACHE_DIR        where measured CPU decode kernels are kept (default ~/.cache/ortrain)\n")
+	b.WriteString("  ORTRAIN_WORKER_ONEDNN    off: hide oneDNN's sgemm from the worker (its decode kernels use at::mm)\n")
 	b.WriteString("  HF_HUB_CACHE, HF_HOME    where Hugging Face repo ids are looked up\n")
 	b.WriteString("  ORTRAIN_<KEY>            any config key, e.g. ORTRAIN_GRPO_LEARNING_RATE, ORTRAIN_ROLLOUT_CALL_TIMEOUT")
 	return b.String()

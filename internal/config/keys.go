@@ -268,7 +268,8 @@ func envKeys() map[string]string {
 // are read elsewhere (the worker library path, test and build switches), so
 // they are not reported as misspelled.
 func OtherEnvVars() []string {
-	return []string{"ORTRAIN_WORKER_LIB", "ORTRAIN_REQUIRE_WORKER", "ORTRAIN_BUILD_DIR", "ORTRAIN_PROBE_CHILD", "ORTRAIN_SKIP_TEST_TOOLS", "ORTRAIN_LAUNCHER"}
+	return []string{"ORTRAIN_WORKER_LIB", "ORTRAIN_REQUIRE_WORKER", "ORTRAIN_BUILD_DIR", "ORTRAIN_PROBE_CHILD", "ORTRAIN_SKIP_TEST_TOOLS", "ORTRAIN_LAUNCHER",
+		"ORTRAIN_CACHE_DIR", "ORTRAIN_WORKER_ONEDNN"}
 }
 
 // toolEnvPrefixes are the ORTRAIN_* prefixes of the scripts' own settings
