@@ -121,7 +121,11 @@ type DecodeKernels struct {
 	Fallback       string       `json:"fallback,omitempty"` // products not measured
 	Gemm           []GemmChoice `json:"gemm,omitempty"`
 	Attention      string       `json:"attention,omitempty"` // fused or aten
-	Bench          KernelBench  `json:"bench"`
+	// Train is the kernel of training's products (forward and backward)
+	// and of the log-prob passes, one for all: onednn where oneDNN's sgemm
+	// measured faster on the model's 128-row products, else aten.
+	Train string      `json:"train,omitempty"`
+	Bench KernelBench `json:"bench"`
 }
 
 // OneDNNProducts counts the (shape, rows) products that run on oneDNN.
@@ -143,14 +147,14 @@ func (k DecodeKernels) Summary() string {
 		return "not used (a CUDA or non-float32 model)"
 	}
 	if k.Mode != KernelsAuto {
-		return fmt.Sprintf("%s (set by worker.decode_kernels): matmuls on %s, attention %s", k.Mode, k.Fallback, k.Attention)
+		return fmt.Sprintf("%s (set by worker.decode_kernels): matmuls on %s, attention %s; training on %s", k.Mode, k.Fallback, k.Attention, k.Train)
 	}
 	o, n := k.OneDNNProducts()
 	src := k.Source
 	if k.Source == "measured" {
 		src = fmt.Sprintf("measured in %.2f s", k.MeasureSeconds)
 	}
-	return fmt.Sprintf("auto (%s): oneDNN sgemm on %d of %d products, at::mm on the rest; attention %s", src, o, n, k.Attention)
+	return fmt.Sprintf("auto (%s): oneDNN sgemm on %d of %d products, at::mm on the rest; attention %s; training on %s", src, o, n, k.Attention, k.Train)
 }
 
 // ErrOneDNNUnavailable is wrapped by the error of decode_kernels: onednn
@@ -164,7 +168,7 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 	k := DecodeKernels{Applies: true, Mode: mode, Bench: bench}
 	switch mode {
 	case KernelsTorch:
-		k.Fallback, k.Attention = backendATen, backendATen
+		k.Fallback, k.Attention, k.Train = backendATen, backendATen, backendATen
 		return k, nil
 	case KernelsOneDNN:
 		if oneDNN == nil || !oneDNN.Active {
@@ -174,7 +178,7 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 			}
 			return k, fmt.Errorf("worker.decode_kernels: onednn: %w (%s); use auto or torch", ErrOneDNNUnavailable, why)
 		}
-		k.Fallback, k.Attention = backendOneDNN, attnFused
+		k.Fallback, k.Attention, k.Train = backendOneDNN, attnFused, backendOneDNN
 		return k, nil
 	case KernelsAuto:
 	default:
@@ -202,6 +206,7 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 		}
 		return int(a.N - b.N)
 	})
+	k.Train = trainKernel(bench.Gemm)
 	var fused, aten float64
 	for _, t := range bench.Attention {
 		if t.measured() {
@@ -214,6 +219,32 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 		k.Attention = attnFused
 	}
 	return k, nil
+}
+
+// trainKernel chooses training's one kernel from the products at the most
+// rows measured (a training micro-batch has hundreds of token rows): oneDNN
+// when every one of them was timed on it and their sum beats at::mm's by
+// the margin.
+func trainKernel(gemm []GemmTiming) string {
+	var most int64
+	for _, t := range gemm {
+		most = max(most, t.Rows)
+	}
+	var onednn, aten float64
+	for _, t := range gemm {
+		if t.Rows != most {
+			continue
+		}
+		if !t.measured() || t.OneDNNSeconds <= 0 {
+			return backendATen
+		}
+		onednn += t.OneDNNSeconds
+		aten += t.ATenSeconds
+	}
+	if aten > 0 && onednn*oneDNNMargin < aten {
+		return backendOneDNN
+	}
+	return backendATen
 }
 
 // rowsClass mirrors rows_class (csrc/onednn.cpp): 1, 16 or 128 rows.
@@ -229,7 +260,7 @@ func rowsClass(rows int64) int {
 
 // spec is the choice in ort_model_set_decode_kernels's format.
 func (k DecodeKernels) spec() string {
-	f := []string{"fallback=" + k.Fallback, "attention=" + k.Attention}
+	f := []string{"fallback=" + k.Fallback, "attention=" + k.Attention, "train=" + k.Train}
 	for _, g := range k.Gemm {
 		f = append(f, fmt.Sprintf("gemm:%dx%d=%s", g.K, g.N, strings.Join(g.Backends[:], ",")))
 	}
