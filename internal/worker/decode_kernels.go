@@ -121,11 +121,7 @@ type DecodeKernels struct {
 	Fallback       string       `json:"fallback,omitempty"` // products not measured
 	Gemm           []GemmChoice `json:"gemm,omitempty"`
 	Attention      string       `json:"attention,omitempty"` // fused or aten
-	// Train is the kernel of training's products (forward and backward)
-	// and of the log-prob passes, one for all: onednn where oneDNN's sgemm
-	// measured faster on the model's 128-row products, else aten.
-	Train string      `json:"train,omitempty"`
-	Bench KernelBench `json:"bench"`
+	Bench          KernelBench  `json:"bench"`
 }
 
 // OneDNNProducts counts the (shape, rows) products that run on oneDNN.
@@ -147,14 +143,14 @@ func (k DecodeKernels) Summary() string {
 		return "not used (a CUDA or non-float32 model)"
 	}
 	if k.Mode != KernelsAuto {
-		return fmt.Sprintf("%s (set by worker.decode_kernels): matmuls on %s, attention %s; training on %s", k.Mode, k.Fallback, k.Attention, k.Train)
+		return fmt.Sprintf("%s (set by worker.decode_kernels): matmuls on %s, attention %s", k.Mode, k.Fallback, k.Attention)
 	}
 	o, n := k.OneDNNProducts()
 	src := k.Source
 	if k.Source == "measured" {
 		src = fmt.Sprintf("measured in %.2f s", k.MeasureSeconds)
 	}
-	return fmt.Sprintf("auto (%s): oneDNN sgemm on %d of %d products, at::mm on the rest; attention %s; training on %s", src, o, n, k.Attention, k.Train)
+	return fmt.Sprintf("auto (%s): oneDNN sgemm on %d of %d products, at::mm on the rest; attention %s", src, o, n, k.Attention)
 }
 
 // ErrOneDNNUnavailable is wrapped by the error of decode_kernels: onednn
@@ -168,7 +164,7 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 	k := DecodeKernels{Applies: true, Mode: mode, Bench: bench}
 	switch mode {
 	case KernelsTorch:
-		k.Fallback, k.Attention, k.Train = backendATen, backendATen, backendATen
+		k.Fallback, k.Attention = backendATen, backendATen
 		return k, nil
 	case KernelsOneDNN:
 		if oneDNN == nil || !oneDNN.Active {
@@ -178,7 +174,7 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 			}
 			return k, fmt.Errorf("worker.decode_kernels: onednn: %w (%s); use auto or torch", ErrOneDNNUnavailable, why)
 		}
-		k.Fallback, k.Attention, k.Train = backendOneDNN, attnFused, backendOneDNN
+		k.Fallback, k.Attention = backendOneDNN, attnFused
 		return k, nil
 	case KernelsAuto:
 	default:
@@ -206,7 +202,6 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 		}
 		return int(a.N - b.N)
 	})
-	k.Train = trainKernel(bench.Gemm)
 	var fused, aten float64
 	for _, t := range bench.Attention {
 		if t.measured() {
@@ -219,32 +214,6 @@ func chooseDecodeKernels(mode string, bench KernelBench, oneDNN *OneDNNInfo) (De
 		k.Attention = attnFused
 	}
 	return k, nil
-}
-
-// trainKernel chooses training's one kernel from the products at the most
-// rows measured (a training micro-batch has hundreds of token rows): oneDNN
-// when every one of them was timed on it and their sum beats at::mm's by
-// the margin.
-func trainKernel(gemm []GemmTiming) string {
-	var most int64
-	for _, t := range gemm {
-		most = max(most, t.Rows)
-	}
-	var onednn, aten float64
-	for _, t := range gemm {
-		if t.Rows != most {
-			continue
-		}
-		if !t.measured() || t.OneDNNSeconds <= 0 {
-			return backendATen
-		}
-		onednn += t.OneDNNSeconds
-		aten += t.ATenSeconds
-	}
-	if aten > 0 && onednn*oneDNNMargin < aten {
-		return backendOneDNN
-	}
-	return backendATen
 }
 
 // rowsClass mirrors rows_class (csrc/onednn.cpp): 1, 16 or 128 rows.
@@ -260,7 +229,7 @@ func rowsClass(rows int64) int {
 
 // spec is the choice in ort_model_set_decode_kernels's format.
 func (k DecodeKernels) spec() string {
-	f := []string{"fallback=" + k.Fallback, "attention=" + k.Attention, "train=" + k.Train}
+	f := []string{"fallback=" + k.Fallback, "attention=" + k.Attention}
 	for _, g := range k.Gemm {
 		f = append(f, fmt.Sprintf("gemm:%dx%d=%s", g.K, g.N, strings.Join(g.Backends[:], ",")))
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -122,87 +121,4 @@ func TestDecodeKernelsWithoutOneDNN(t *testing.T) {
 
 	_, err := lib.LoadModel(context.Background(), ModelOptions{Dir: tinyDir(t, 1), Threads: 2, DecodeKernels: KernelsOneDNN})
 	require.ErrorIs(t, err, ErrOneDNNUnavailable)
-}
-
-// TestTrainKernelsAgree: training on oneDNN's sgemm (forward and backward)
-// gives at::mm's loss and gradients to the float32 floor, and on either
-// kernel the log-prob pass and the training forward agree bit for bit: old
-// log-probs taken from the model itself give exactly the loss of a batch
-// without them (ratio 1).
-func TestTrainKernelsAgree(t *testing.T) {
-	if !testLib(t).Info().OneDNN.Active {
-		t.Skip("this libtorch carries no oneDNN sgemm")
-	}
-	ctx := context.Background()
-	llama := filepath.Join("..", "..", "testdata", "worker", "micro-llama")
-	lora := &LoRAOptions{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj", "down_proj"}, ModulesToSave: []string{"lm_head"}}
-	for _, mc := range []struct {
-		name  string
-		opts  ModelOptions
-		vocab int
-	}{
-		{"full", ModelOptions{}, 300},
-		{"checkpointing", ModelOptions{GradientCheckpointing: true}, 300},
-		{"lora_untied", ModelOptions{Dir: llama, LoRA: lora}, 61},
-	} {
-		t.Run(mc.name, func(t *testing.T) {
-			var models [2]*Model
-			for i, mode := range []string{KernelsTorch, KernelsOneDNN} {
-				o := mc.opts
-				o.DecodeKernels, o.KernelCacheDir = mode, t.TempDir()
-				models[i] = loadTiny(t, o)
-				assert.Equal(t, map[string]string{KernelsTorch: backendATen, KernelsOneDNN: backendOneDNN}[mode], models[i].DecodeKernels().Train)
-			}
-			if mc.opts.LoRA != nil {
-				perturbLoRA(t, models[0], models[1])
-			}
-			lc := fusedLossCases()[0]
-			mb := fusedBatch(t, models[0], lc, mc.vocab)
-			var stats [2]LossStats
-			var grads [2]map[string][]byte
-			for i, m := range models {
-				require.NoError(t, m.ZeroGrad(ctx))
-				st, err := m.ForwardBackward(ctx, mb, lc.cfg)
-				require.NoError(t, err)
-				stats[i], grads[i] = st, tensorBytes(t, m, KindGrad)
-			}
-			assert.InEpsilon(t, stats[0].Loss, stats[1].Loss, 1e-5)
-			infos, err := models[0].Tensors(KindGrad)
-			require.NoError(t, err)
-			require.NotEmpty(t, infos)
-			worst := 0.0
-			for _, info := range infos {
-				a, b := floats(t, info.DType, grads[0][info.Name]), floats(t, info.DType, grads[1][info.Name])
-				scale := 0.0
-				for _, x := range a {
-					scale = math.Max(scale, math.Abs(x))
-				}
-				require.NotZero(t, scale, info.Name)
-				for k := range a {
-					e := math.Abs(a[k]-b[k]) / scale
-					worst = math.Max(worst, e)
-					require.LessOrEqual(t, e, 1e-4, "%s[%d] at::mm %.9g, oneDNN %.9g", info.Name, k, a[k], b[k])
-				}
-			}
-			t.Logf("loss at::mm %.9g, oneDNN %.9g; max |grad difference| / max |grad| = %.3g", stats[0].Loss, stats[1].Loss, worst)
-			cfg := grpo.DefaultLossConfig()
-			cfg.ISCorrection = grpo.ISCorrectionOff
-			for _, m := range models {
-				plain := grpo.MicroBatch{RoundTokens: mb.RoundTokens, GradAccumSteps: 1}
-				for _, r := range mb.Rows {
-					plain.Rows = append(plain.Rows, grpo.Row{Tokens: r.Tokens, PromptLen: r.PromptLen, LossMask: r.LossMask, Advantage: r.Advantage})
-				}
-				without, err := m.ForwardBackward(ctx, plain, cfg)
-				require.NoError(t, err)
-				lp, _, err := m.Logprobs(ctx, plain.Rows, cfg.Temperature, false)
-				require.NoError(t, err)
-				for i := range plain.Rows {
-					plain.Rows[i].OldLogprobs = lp[i]
-				}
-				with, err := m.ForwardBackward(ctx, plain, cfg)
-				require.NoError(t, err)
-				assert.Equal(t, without, with, "%s: the policy's ratio to itself is exactly 1", m.DecodeKernels().Train)
-			}
-		})
-	}
 }

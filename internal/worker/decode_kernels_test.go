@@ -74,7 +74,7 @@ func TestChooseDecodeKernels(t *testing.T) {
 func TestDecodeKernelsSpec(t *testing.T) {
 	k := DecodeKernels{Fallback: "aten", Attention: "fused", Gemm: []GemmChoice{
 		{K: 64, N: 128, Backends: [3]string{"onednn", "aten", "onednn"}}, {K: 128, N: 64, Backends: [3]string{"aten", "aten", "aten"}}}}
-	assert.Equal(t, "fallback=aten attention=fused train= gemm:64x128=onednn,aten,onednn gemm:128x64=aten,aten,aten", k.spec())
+	assert.Equal(t, "fallback=aten attention=fused gemm:64x128=onednn,aten,onednn gemm:128x64=aten,aten,aten", k.spec())
 	o, n := k.OneDNNProducts()
 	assert.Equal(t, 2, o)
 	assert.Equal(t, 6, n)

@@ -181,9 +181,6 @@ void set_decode_kernels(Model& m, const std::string& spec) {
     if (key == "fallback") {
       k.fallback = parse_gemm(val);
       onednn |= k.fallback == Gemm::ONEDNN;
-    } else if (key == "train") {
-      k.train = parse_gemm(val);
-      onednn |= k.train == Gemm::ONEDNN;
     } else if (key == "attention") {
       if (val != "fused" && val != "aten") throw std::invalid_argument("decode kernels: attention=" + val + " (fused, aten)");
       k.fused_attention = val == "fused";
@@ -206,7 +203,7 @@ void set_decode_kernels(Model& m, const std::string& spec) {
       }
       k.gemm[{kk, nn}] = per;
     } else {
-      throw std::invalid_argument("decode kernels: field \"" + key + "\" is unknown (fallback, train, attention, gemm:KxN)");
+      throw std::invalid_argument("decode kernels: field \"" + key + "\" is unknown (fallback, attention, gemm:KxN)");
     }
   }
   if (onednn && !sgemm_available()) {

@@ -107,10 +107,6 @@ struct DecodeKernels {
   Gemm fallback = Gemm::ONEDNN;                                               // shapes not in gemm
   std::map<std::pair<int64_t, int64_t>, std::array<Gemm, kRowClasses>> gemm;  // by (K, N)
   bool fused_attention = true;                                                // decode_attention, else ATen's
-  // train is the kernel of every other CPU float32 product (training's
-  // forward and backward, the log-prob and reference passes): one for all,
-  // so those passes agree with each other exactly.
-  Gemm train = Gemm::ATEN;
 };
 
 struct Model {

@@ -3,7 +3,6 @@
 // where oneDNN's sgemm was found (onednn_status, reported by ort_info).
 // ORTRAIN_WORKER_ONEDNN=off hides it, as if libtorch carried no oneDNN.
 #include <ATen/Parallel.h>  // at::set_num_threads, whose address names libtorch_cpu
-#include <torch/csrc/autograd/custom_function.h>
 #include <dlfcn.h>
 #include <link.h>
 
@@ -106,66 +105,17 @@ bool sgemm_nt(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at:
               y.data_ptr<float>(), N) == 0;
 }
 
-namespace {
-
-// sgemm_rm runs C [M, N] = op(A) op(B) on oneDNN's sgemm (row-major, C
-// contiguous, written whole); false when it cannot.
-bool sgemm_rm(char ta, char tb, int64_t M, int64_t N, int64_t K, const at::Tensor& a, int64_t lda, const at::Tensor& b,
-              int64_t ldb, at::Tensor& c) {
-  SgemmFn gemm = sgemm().fn;
-  if (gemm == nullptr) return false;
-  c = at::empty({M, N}, a.options());
-  return gemm(ta, tb, M, N, K, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb, 0.0f, c.data_ptr<float>(), N) == 0;
-}
-
-// TrainSgemm is y = x w^T with oneDNN's sgemm in forward and in backward
-// (dx = dy w, dw = dy^T x), for training and the log-prob passes when the
-// model's kernels choose it: the two passes then share one kernel, so the
-// ratio of a policy to itself stays exactly 1.
-struct TrainSgemm : public torch::autograd::Function<TrainSgemm> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    ctx->save_for_backward({x, w});
-    at::Tensor y, none;
-    if (!sgemm_nt(x, w, none, y)) y = at::mm(x, w.t());
-    return y;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &w = saved[1];
-    auto gy = grads[0].contiguous();
-    const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-    at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0) && !sgemm_rm('N', 'N', M, K, N, gy, N, w, K, gx)) gx = at::mm(gy, w);
-    if (ctx->needs_input_grad(1) && !sgemm_rm('T', 'N', N, K, M, gy, N, x, K, gw)) gw = at::mm(gy.t(), x);
-    return {gx, gw};
-  }
-};
-
-}  // namespace
-
 at::Tensor matmul_nt(const Model& m, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const bool cpu_f32 = x.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.dim() == 2 &&
-                       w.dim() == 2 && x.is_contiguous() && w.is_contiguous() && x.size(1) == w.size(1) &&
-                       (!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == w.size(0))) && x.numel() > 0 &&
-                       w.numel() > 0;
-  const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
-  if (cpu_f32 && m.decode_gemm && !grad) {
+  const bool applies = m.decode_gemm && x.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+                       x.dim() == 2 && w.dim() == 2 && x.is_contiguous() && w.is_contiguous() && x.size(1) == w.size(1) &&
+                       (!b.defined() || (b.scalar_type() == at::kFloat && b.numel() == w.size(0))) &&
+                       !at::GradMode::is_enabled() && x.numel() > 0 && w.numel() > 0;
+  if (applies) {
     const auto& k = m.kernels;
     auto it = k.gemm.find({w.size(1), w.size(0)});
     const Gemm choice = it == k.gemm.end() ? k.fallback : it->second[rows_class(x.size(0))];
     at::Tensor y;
     if (choice == Gemm::ONEDNN && sgemm_nt(x, w, b, y)) return y;
-  } else if (cpu_f32 && !m.decode_gemm && m.kernels.train == Gemm::ONEDNN && sgemm_available()) {
-    // The bias is added after the product on both paths, so a pass with
-    // and one without autograd round alike.
-    at::Tensor y, none;
-    if (grad) {
-      y = TrainSgemm::apply(x, w);
-    } else if (!sgemm_nt(x, w, none, y)) {
-      y = at::mm(x, w.t());
-    }
-    return b.defined() ? y + b : y;
   }
   return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
 }

@@ -407,8 +407,6 @@ int ort_bench_attention(ort_attention_timing *t, int32_t n, int32_t threads, dou
 /* Sets m's decode kernels from spec, space-separated fields:
  *   fallback=onednn|aten   shapes not listed (the default before any call: onednn)
  *   attention=fused|aten
- *   train=onednn|aten      every other CPU float32 product: training's forward
- *                          and backward, log-prob and reference passes (default aten)
  *   gemm:KxN=B1,B16,B128   the backend at 1, 16 and 128 rows, each onednn|aten
  * Fails, changing nothing, on a malformed spec or one that names onednn
  * where oneDNN's sgemm is unavailable. */
