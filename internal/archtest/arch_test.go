@@ -43,7 +43,9 @@ var allowed = map[string][]string{
 	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engineserver", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout", "internal/runlock",
 		"internal/sft", "internal/smoke", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
-	"internal/config": {"internal/grpo", "internal/reward"},
+	"internal/config": {"internal/curriculum", "internal/grpo", "internal/reward"},
+	// which tasks a run trains on: the epoch sampler, pass rates and the curriculum, dynamic sampling's group choice (pure Go, no rollouts).
+	"internal/curriculum": {},
 	// scripted demonstrations (SFT data) played through the env-target interfaces.
 	"internal/demos":  {"internal/envtarget"},
 	"internal/engine": {"internal/backoff", "internal/vllm", "internal/worker"},
@@ -84,7 +86,7 @@ var allowed = map[string][]string{
 	// the real npm clients and agent CLIs the tests run (only tests import it).
 	"internal/testclients": {},
 	"internal/tfevents":    {},
-	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
+	"internal/train": {"internal/agent", "internal/agentrollout", "internal/chat", "internal/config", "internal/curriculum", "internal/engine", "internal/envtarget", "internal/gateway", "internal/grpo",
 		"internal/launch", "internal/memstat", "internal/model", "internal/reward", "internal/rollout", "internal/runlock", "internal/tfevents", "internal/vllm", "internal/worker"},
 	"internal/verdict": {},
 	"internal/vllm":    {"internal/backoff", "internal/childproc", "internal/vllmguard"},
@@ -98,9 +100,10 @@ var allowed = map[string][]string{
 
 // forbiddenStd lists standard-library imports some packages must not have.
 var forbiddenStd = map[string]map[string]string{
-	"internal/chat":   {"net/http": "chat must not call the network", "net": "chat must not call the network"},
-	"internal/config": {"net/http": "config does no I/O beyond reading the file"},
-	"internal/grpo":   {"net/http": "grpo is pure math over trajectories"},
+	"internal/chat":       {"net/http": "chat must not call the network", "net": "chat must not call the network"},
+	"internal/config":     {"net/http": "config does no I/O beyond reading the file"},
+	"internal/grpo":       {"net/http": "grpo is pure math over trajectories"},
+	"internal/curriculum": {"net/http": "curriculum decides from rewards, it calls no env"},
 }
 
 type pkg struct {

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"github.com/ortrain/ortrain/internal/reward"
 	"maps"
 	"slices"
@@ -37,6 +38,8 @@ type Config struct {
 	Worker  WorkerConfig  `mapstructure:"worker"`
 	Logging LoggingConfig `mapstructure:"logging"`
 	Async   AsyncConfig   `mapstructure:"async"`
+	// Curriculum samples solved and unsolvable tasks less (curriculum.go).
+	Curriculum CurriculumConfig `mapstructure:"curriculum"`
 	// SFT is `ortrain sft`'s section (sft.go); `ortrain run` ignores it.
 	SFT SFTConfig `mapstructure:"sft"`
 	// Agent, when set, plays the rollouts with the user's own agent
@@ -183,6 +186,13 @@ type GRPOConfig struct {
 	MaxCompletionLength      int     `mapstructure:"max_completion_length"`
 	MaxToolCallingIterations int     `mapstructure:"max_tool_calling_iterations"`
 	MaskTruncatedCompletions bool    `mapstructure:"mask_truncated_completions"`
+	// DynamicSampling is DAPO's dynamic sampling (verl's filter_groups):
+	// groups whose rollouts all earned the same reward are dropped and
+	// more tasks rolled out until the round has K groups with a spread, at
+	// most DynamicSamplingMaxExtraRounds more rounds of K tasks per round
+	// (then uniform groups fill the batch, with a warning).
+	DynamicSampling               bool `mapstructure:"dynamic_sampling"`
+	DynamicSamplingMaxExtraRounds int  `mapstructure:"dynamic_sampling_max_extra_rounds"`
 	// VLLM importance-sampling correction (used when the sampler returns log-probs that differ from the trainer's).
 	VLLMISCorrection bool    `mapstructure:"vllm_importance_sampling_correction"`
 	VLLMISMode       string  `mapstructure:"vllm_importance_sampling_mode"`
@@ -337,6 +347,21 @@ type WorkerConfig struct {
 	Shard string `mapstructure:"shard"`
 }
 
+// CurriculumConfig tracks every task's pass rate (a rollout passes when
+// its reward is at least pass_threshold) over its last `window` scored
+// rollouts; with enabled, a drawn task whose rate is at or below
+// min_pass_rate (too hard) or at or above max_pass_rate (too easy) is
+// skipped unless a draw below revisit_probability keeps it. The rates are
+// saved with each checkpoint and in RUN_DIR/task_pass_rates.json.
+type CurriculumConfig struct {
+	Enabled            bool    `mapstructure:"enabled"`
+	PassThreshold      float64 `mapstructure:"pass_threshold"`
+	MinPassRate        float64 `mapstructure:"min_pass_rate"`
+	MaxPassRate        float64 `mapstructure:"max_pass_rate"`
+	RevisitProbability float64 `mapstructure:"revisit_probability"`
+	Window             int     `mapstructure:"window"`
+}
+
 // LoggingConfig controls run output.
 type LoggingConfig struct {
 	// LogCompletions writes every trajectory to trajectories.jsonl.
@@ -356,34 +381,37 @@ func Default() Config {
 		OutputDir: "runs/latest",
 		Seed:      42,
 		Async:     AsyncConfig{SamplerCopies: 2},
-		Chat:      ChatConfig{ToolCallFormat: "auto", RenderTools: true},
+		Curriculum: CurriculumConfig{PassThreshold: curriculum.DefaultPassThreshold, MinPassRate: curriculum.DefaultMinPassRate,
+			MaxPassRate: curriculum.DefaultMaxPassRate, RevisitProbability: curriculum.DefaultRevisitProbability, Window: curriculum.DefaultWindow},
+		Chat: ChatConfig{ToolCallFormat: "auto", RenderTools: true},
 		GRPO: GRPOConfig{
-			NumGenerations:            8,
-			NumIterations:             1,
-			PerDeviceTrainBatchSize:   8,
-			GradientAccumulationSteps: 1,
-			LossType:                  "dapo",
-			ImportanceSamplingLevel:   "token",
-			ScaleRewards:              "group",
-			RewardAggregation:         "last",
-			Epsilon:                   0.2,
-			Temperature:               1.0,
-			TopP:                      1.0,
-			MaxCompletionLength:       512,
-			MaxToolCallingIterations:  10,
-			VLLMISCorrection:          true,
-			VLLMISMode:                "sequence_mask",
-			VLLMISClipMax:             3.0,
-			LearningRate:              1e-6,
-			LRSchedulerType:           "linear",
-			AdamBeta1:                 0.9,
-			AdamBeta2:                 0.999,
-			AdamEpsilon:               1e-8,
-			MaxGradNorm:               1.0,
-			NumTrainEpochs:            1,
-			ShuffleDataset:            true,
-			LoggingSteps:              1,
-			SaveSteps:                 50,
+			NumGenerations:                8,
+			NumIterations:                 1,
+			PerDeviceTrainBatchSize:       8,
+			GradientAccumulationSteps:     1,
+			LossType:                      "dapo",
+			ImportanceSamplingLevel:       "token",
+			ScaleRewards:                  "group",
+			RewardAggregation:             "last",
+			Epsilon:                       0.2,
+			Temperature:                   1.0,
+			TopP:                          1.0,
+			MaxCompletionLength:           512,
+			MaxToolCallingIterations:      10,
+			VLLMISCorrection:              true,
+			DynamicSamplingMaxExtraRounds: 4,
+			VLLMISMode:                    "sequence_mask",
+			VLLMISClipMax:                 3.0,
+			LearningRate:                  1e-6,
+			LRSchedulerType:               "linear",
+			AdamBeta1:                     0.9,
+			AdamBeta2:                     0.999,
+			AdamEpsilon:                   1e-8,
+			MaxGradNorm:                   1.0,
+			NumTrainEpochs:                1,
+			ShuffleDataset:                true,
+			LoggingSteps:                  1,
+			SaveSteps:                     50,
 			LoRA: LoRAConfig{
 				Rank: 16, Alpha: 32, Dropout: 0.05,
 				TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},

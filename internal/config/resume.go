@@ -41,7 +41,7 @@ func resumeKeys() []string {
 		"model", "init_model_preset", "seed",
 		"grpo.num_generations", "grpo.per_device_train_batch_size", "grpo.gradient_accumulation_steps",
 		"grpo.steps_per_generation", "grpo.num_iterations", "grpo.generation_batch_size", "grpo.loss_type",
-		"grpo.lora.enabled", "async.max_off_policy_steps",
+		"grpo.lora.enabled", "async.max_off_policy_steps", "grpo.dynamic_sampling", "curriculum.enabled",
 	}
 }
 

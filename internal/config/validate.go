@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"github.com/ortrain/ortrain/internal/reward"
 	"math"
 	"net"
@@ -144,6 +146,16 @@ func (c *Config) validateRuntime() error {
 	}
 	if n := c.Async.MaxOffPolicySteps; n < 0 {
 		return bad("async.max_off_policy_steps", n, "0 (synchronous) or a positive number of optimizer steps")
+	}
+	if n := c.GRPO.DynamicSamplingMaxExtraRounds; n < 0 || n > 1000 {
+		return bad("grpo.dynamic_sampling_max_extra_rounds", n, "0 (drop nothing beyond the round's own groups: uniform ones fill it) to 1000 extra rounds of K tasks")
+	}
+	if err := c.Curriculum.Curriculum().Validate(); err != nil {
+		var fe *curriculum.FieldError
+		if errors.As(err, &fe) {
+			return bad("curriculum."+fe.Field, fe.Value, "%s", fe.Allowed)
+		}
+		return err
 	}
 	if n := c.Async.SamplerThreads; n < 0 {
 		return bad("async.sampler_threads", n, "0 (worker.threads) or a positive thread count")
@@ -431,4 +443,10 @@ func bindHost(h string) bool {
 		return net.ParseIP(strings.Trim(h, "[]")) != nil
 	}
 	return true
+}
+
+// Curriculum is the curriculum package's view of the section.
+func (c CurriculumConfig) Curriculum() curriculum.Config {
+	return curriculum.Config{Enabled: c.Enabled, PassThreshold: c.PassThreshold, MinPassRate: c.MinPassRate,
+		MaxPassRate: c.MaxPassRate, RevisitProbability: c.RevisitProbability, Window: c.Window}
 }

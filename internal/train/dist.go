@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"strings"
 	"time"
 
@@ -228,6 +229,8 @@ type roundPart struct {
 	FirstFailure string
 	Stats        roundStats
 	Records      []trajectoryRecord
+	// Outcomes are the gathered groups' rewards (set after the gather).
+	Outcomes []curriculum.Outcome
 }
 
 // toolCounts are a round's tool calls: how many, how many failed, and the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -70,6 +72,10 @@ type stepLoopConfig struct {
 	PackTokens int
 	// Rewards scores every rollout (the env's rewards alone by default).
 	Rewards *reward.Set
+	// DynamicSampling drops groups without a reward spread and refills
+	// the round, at most MaxExtraRounds times (round_fill.go).
+	DynamicSampling bool
+	MaxExtraRounds  int
 	// MaxFailedToolSteps stops the run after this many consecutive steps in
 	// which every tool call failed (0: never).
 	MaxFailedToolSteps int
@@ -101,7 +107,7 @@ func (s roundShape) needOldLogprobs(useSampler bool) bool {
 // rollouts, grpo, the policy and the generator together.
 type stepLoop struct {
 	cfg      stepLoopConfig
-	sampler  *taskSampler
+	sampler  *curriculum.Sampler
 	rollouts rolloutRunner
 	policy   trainPolicy
 	gen      weightSyncer
@@ -148,7 +154,7 @@ type stepLoop struct {
 }
 
 // NewLoop wires the loop.
-func newStepLoop(cfg stepLoopConfig, sampler *taskSampler, r rolloutRunner, p trainPolicy, g weightSyncer, log zerolog.Logger) *stepLoop {
+func newStepLoop(cfg stepLoopConfig, sampler *curriculum.Sampler, r rolloutRunner, p trainPolicy, g weightSyncer, log zerolog.Logger) *stepLoop {
 	if cfg.Rewards == nil {
 		// The env's rewards alone: the default list always compiles.
 		cfg.Rewards, _ = reward.Compile(nil, reward.Options{Aggregation: cfg.Aggregation})
@@ -167,10 +173,10 @@ func (l *stepLoop) Step() int { return l.step }
 // State is what a checkpoint needs to resume the loop exactly (with the
 // partly consumed round, saved beside it).
 type State struct {
-	Step      int          `json:"step"`
-	MicroStep int          `json:"micro_step"`
-	NumTokens int          `json:"num_tokens"`
-	Sampler   samplerState `json:"sampler"`
+	Step      int                     `json:"step"`
+	MicroStep int                     `json:"micro_step"`
+	NumTokens int                     `json:"num_tokens"`
+	Sampler   curriculum.SamplerState `json:"sampler"`
 	// RoundStaleness is the staleness of the round in use (async runs).
 	RoundStaleness *staleness `json:"round_staleness,omitempty"`
 	// WorldSize is how many ranks trained (the global batch is ranks ×
@@ -451,9 +457,7 @@ func withDeadline(ctx context.Context, d time.Duration, f func(context.Context) 
 
 // generateRound runs K*G rollouts, scores them, and prepares S micro-batches.
 func (l *stepLoop) generateRound(ctx context.Context, m *StepMetrics) error {
-	job := roundJob{Refs: l.sampler.Next(), Version: l.step, FirstStep: l.step + 1}
-	job.Round = int64(l.sampler.State().Round)
-	gr, err := l.produceRound(ctx, job)
+	gr, err := l.produceRound(ctx, l.drawRound(l.step+1))
 	if err != nil {
 		return err
 	}
@@ -499,6 +503,12 @@ func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) e
 	l.round = mbs
 	l.numTokens += gr.Stats.Round.PromptTokens + gr.Stats.Round.SampledTokens
 	m.addRound(gr.Stats)
+	// In round order on the trainer's goroutine, so the pass rates, and
+	// the draws that read them, are the same in every run of the seed.
+	l.sampler.Observe(gr.Outcomes)
+	if l.sampler.Curriculum().Enabled {
+		maps.Copy(m.Extra, l.sampler.Metrics())
+	}
 	if l.OnTrajectory != nil {
 		step := l.step + 1
 		for _, rec := range gr.Records {
@@ -506,6 +516,17 @@ func (l *stepLoop) useRound(ctx context.Context, gr *genRound, m *StepMetrics) e
 		}
 	}
 	return nil
+}
+
+// drawRound draws the next round's tasks, first trained on by step
+// firstStep, with (dynamic sampling) the sampler that tops it up.
+func (l *stepLoop) drawRound(firstStep int) roundJob {
+	job := roundJob{Refs: l.sampler.Next(), Version: l.step, FirstStep: firstStep, Skipped: l.sampler.TakeSkipped()}
+	job.Round = int64(l.sampler.Round())
+	if l.cfg.DynamicSampling {
+		job.Refill = l.sampler.Refill(int(job.Round))
+	}
+	return job
 }
 
 // addReferenceLogprobs fills old log-probs when the ratio can differ from 1,

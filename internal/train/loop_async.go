@@ -131,14 +131,12 @@ func (l *stepLoop) launchRounds(ctx context.Context) {
 	l.launched = l.step
 	var jobs []roundJob
 	for {
-		r := l.sampler.State().Round
+		r := l.sampler.Round()
 		start := l.roundStart(r)
 		if start >= l.cfg.MaxSteps || start-l.cfg.MaxOffPolicySteps > l.step {
 			break
 		}
-		job := roundJob{Refs: l.sampler.Next(), Version: l.step, FirstStep: start + 1}
-		job.Round = int64(l.sampler.State().Round)
-		jobs = append(jobs, job)
+		jobs = append(jobs, l.drawRound(start+1))
 	}
 	if len(jobs) == 0 {
 		return

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ type roundCall struct{ round, version int }
 func firstSeedRound(seed int64) int {
 	for r := range 1000 {
 		// A job's seeds use the sampler's round count after drawing it.
-		if seeds(3).rollout(int64(r+1), 0) == seed {
+		if seeds(3).rollout(int64(r+1), 0, 0) == seed {
 			return r
 		}
 	}
@@ -224,7 +225,7 @@ func (p *asyncPolicy) DiscardGradients(ctx context.Context) error               
 
 func newAsyncLoop(t *testing.T, shape roundShape, n, steps int, ro rolloutRunner, p trainPolicy, g weightSyncer) *stepLoop {
 	t.Helper()
-	s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	s, err := curriculum.NewSampler([]curriculum.EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
 	require.NoError(t, err)
 	cfg := stepLoopConfig{
 		Shape: shape, Loss: grpo.DefaultLossConfig(), Scale: grpo.ScaleGroup, Aggregation: grpo.RewardLast,

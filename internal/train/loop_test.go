@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"math"
 	"sync"
 	"testing"
@@ -99,7 +100,7 @@ func (n *noSync) SyncWeights(ctx context.Context, step int) error { n.calls++; r
 
 func newTestLoop(t *testing.T, shape roundShape, steps int, ro rolloutRunner) (*stepLoop, *recordingPolicy, *noSync) {
 	t.Helper()
-	s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	s, err := curriculum.NewSampler([]curriculum.EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
 	require.NoError(t, err)
 	p, g := &recordingPolicy{}, &noSync{}
 	cfg := stepLoopConfig{
@@ -216,7 +217,7 @@ func TestFailedStepRollsBackToTheStepBoundary(t *testing.T) {
 	// GA=2 over rounds of S=2 that feed mu=2 passes: micro-step 6 is the
 	// second micro-step of step 3, inside the second pass over round 1.
 	shape := roundShape{K: 2, G: 4, B: 4, S: 2, GA: 2, Iterations: 2}
-	s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+	s, err := curriculum.NewSampler([]curriculum.EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
 	require.NoError(t, err)
 	p := &failingPolicy{failAt: 6}
 	cfg := stepLoopConfig{
@@ -334,7 +335,7 @@ func TestWorkerPhasesHaveDeadlines(t *testing.T) {
 		t.Run(phase, func(t *testing.T) {
 			// num_iterations 2 computes old log-probs, so the log-prob phase runs.
 			shape := roundShape{K: 2, G: 4, B: 8, S: 1, GA: 1, Iterations: 2}
-			s, err := newTaskSampler([]envTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
+			s, err := curriculum.NewSampler([]curriculum.EnvTasks{{Indices: indices(16), Weight: 1}}, shape.K, shape.G, 1, true)
 			require.NoError(t, err)
 			p := &blockingPolicy{block: phase}
 			cfg := stepLoopConfig{
@@ -354,4 +355,12 @@ func TestWorkerPhasesHaveDeadlines(t *testing.T) {
 			}
 		})
 	}
+}
+
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }

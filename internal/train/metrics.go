@@ -116,6 +116,7 @@ func (m *StepMetrics) addRound(s roundStats) {
 	m.GenTime = unionDuration(m.genSpans)
 	m.Round = s.Round
 	m.Rounds++
+	addTaskMetrics(m.Extra, s)
 }
 
 // reduceLoss combines the micro-batch sums into the step's loss metrics:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"math"
 	"time"
 
@@ -21,10 +22,14 @@ import (
 // from it), the policy version of the weights that generate it, and the
 // step that first trains on it (its trajectories are logged under it).
 type roundJob struct {
-	Refs      []sampledTask
+	Refs      []curriculum.Task
 	Round     int64
 	Version   int
 	FirstStep int
+	// Refill draws the tasks that top the round up (dynamic sampling;
+	// nil: off). Skipped counts the draws the curriculum skipped.
+	Refill  *curriculum.Sampler
+	Skipped int
 }
 
 // genRound is a generated round before the trainer uses it: rows with
@@ -43,6 +48,9 @@ type genRound struct {
 	Rows    []grpo.Row
 	Stats   roundStats
 	Records [][]byte
+	// Outcomes are the rewards of every group generated for the round,
+	// those dynamic sampling dropped included: the curriculum's input.
+	Outcomes []curriculum.Outcome
 }
 
 // roundStats are a round's contributions to its step's metrics.
@@ -62,28 +70,48 @@ type roundStats struct {
 	// Tools counts the round's tool calls (checked in round order when the
 	// round is used: rounds of two versions may generate at once).
 	Tools toolCounts
+	// GeneratedTokens counts the completion tokens of every rollout
+	// generated for the round (dropped groups included); Skipped the
+	// tasks the curriculum skipped drawing it; Dynamic what dynamic
+	// sampling did.
+	GeneratedTokens, Skipped int
+	Dynamic                  *dynamicStats
 }
 
 // produceRound runs a round's rollouts and turns them into rows. It touches
 // no state the trainer owns (step, sampler, pending round), so async runs
-// call it beside a training step. A rank of a data-parallel run rolls out
-// its slice of the round's groups and gathers the others' (dist.go).
+// call it beside a training step. With dynamic sampling it tops the round
+// up with more tasks (round_fill.go).
 func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, error) {
-	lo, hi := 0, len(job.Refs)
+	part, err := l.rolloutPart(ctx, job, job.Refs, 0)
+	if err == nil && job.Refill != nil {
+		part, err = l.fillRound(ctx, job, part)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.buildRound(ctx, job, part)
+}
+
+// rolloutPart runs the rollouts of refs (attempt 0: the round's own tasks;
+// later ones: dynamic sampling's refills) and scores them. A rank of a
+// data-parallel run rolls out its slice of the groups and gathers the
+// others' (dist.go).
+func (l *stepLoop) rolloutPart(ctx context.Context, job roundJob, refs []curriculum.Task, attempt int) (*roundPart, error) {
+	lo, hi := 0, len(refs)
 	if l.dist != nil {
-		lo, hi = rankRange(len(job.Refs), l.dist.Rank(), l.dist.WorldSize())
+		lo, hi = rankRange(len(refs), l.dist.Rank(), l.dist.WorldSize())
 	}
 	tasks := make([]rollout.Task, 0, hi-lo)
 	for i := lo; i < hi; i++ {
-		r := job.Refs[i]
+		r := refs[i]
 		tasks = append(tasks, rollout.Task{
 			Env: r.Env, Index: r.Index, Split: l.cfg.Splits[r.Env], Secrets: l.cfg.Secrets[r.Env],
 			// Every rollout of every round samples with its own seed.
-			Seed:    seeds(l.cfg.Seed).rollout(job.Round, i),
+			Seed:    seeds(l.cfg.Seed).rollout(job.Round, i, attempt),
 			Version: job.Version,
 		})
 	}
-	gr := &genRound{Round: job.Round, Version: job.Version}
 	t0 := time.Now()
 	trajs := l.rollouts.RunAll(ctx, tasks, l.OnRolloutDone)
 	rolloutTime := time.Since(t0)
@@ -101,13 +129,24 @@ func (l *stepLoop) produceRound(ctx context.Context, job roundJob) (*genRound, e
 			return nil, err
 		}
 	}
+	if frac := float64(part.Failures) / float64(len(part.Samples)); frac > l.cfg.MaxFailureFrac {
+		return nil, fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
+			ErrTooManyFailures, part.Failures, len(part.Samples), part.FirstFailure, l.cfg.MaxFailureFrac)
+	}
+	part.Outcomes = groupOutcomes(refs, part.Samples, l.cfg.Shape.G, int(job.Round))
+	for _, s := range part.Samples {
+		part.Stats.GeneratedTokens += len(s.CompletionIDs)
+	}
+	return part, nil
+}
+
+// buildRound turns a round's scored rollouts into rows with advantages.
+func (l *stepLoop) buildRound(ctx context.Context, job roundJob, part *roundPart) (*genRound, error) {
+	gr := &genRound{Round: job.Round, Version: job.Version, Outcomes: part.Outcomes}
 	gr.Stats = part.Stats
+	gr.Stats.Skipped += job.Skipped
 	gr.Stats.Rewards = l.cfg.Rewards.Metrics(part.Scores)
 	samples := part.Samples
-	if frac := float64(part.Failures) / float64(len(samples)); frac > l.cfg.MaxFailureFrac {
-		return nil, fmt.Errorf("%w: %d of %d rollouts failed (%s); rollout.max_failure_fraction is %v",
-			ErrTooManyFailures, part.Failures, len(samples), part.FirstFailure, l.cfg.MaxFailureFrac)
-	}
 	rewards := make([]float64, len(samples))
 	for i, s := range samples {
 		rewards[i] = s.Reward

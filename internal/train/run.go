@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"os"
 	"path/filepath"
 	"time"
@@ -276,14 +277,15 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log
 		shape.B *= w.WorldSize
 		shape.NGen *= w.WorldSize
 	}
-	etasks := make([]envTasks, len(st.envs))
+	etasks := make([]curriculum.EnvTasks, len(st.envs))
 	for i, e := range st.envs {
-		etasks[i] = envTasks{Indices: e.Indices, Weight: e.Config.Weight}
+		etasks[i] = curriculum.EnvTasks{Indices: e.Indices, Weight: e.Config.Weight}
 	}
-	sampler, err := newTaskSampler(etasks, shape.PromptsPerRound(), shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
+	sampler, err := curriculum.NewSampler(etasks, shape.PromptsPerRound(), shape.G, cfg.Seed, cfg.GRPO.ShuffleDataset)
 	if err != nil {
 		return nil, err
 	}
+	sampler.SetCurriculum(cfg.Curriculum.Curriculum())
 	loopCfg, err := loopConfig(cfg, shape, plan.loss, st.envs, sampler)
 	if err != nil {
 		return nil, err
@@ -390,6 +392,12 @@ func saveCheckpoint(ctx context.Context, dir string, loop *stepLoop, p trainPoli
 	})
 	if err != nil {
 		return "", err
+	}
+	if len(st.Sampler.Tasks) > 0 {
+		snap := curriculum.Snapshot{Step: st.Step, Envs: loop.cfg.EnvNames, Splits: loop.cfg.Splits, Config: loop.sampler.Curriculum(), Tasks: st.Sampler.Tasks}
+		if err := writeJSONAtomic(filepath.Join(dir, curriculum.SnapshotFile), snap); err != nil {
+			return "", err
+		}
 	}
 	if wp, ok := p.(*workerPolicy); ok {
 		// Best effort: the checkpoint is saved, and the next run's rank 0

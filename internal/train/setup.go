@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"math"
 	"os"
 	"runtime"
@@ -236,7 +237,7 @@ func envChats(cfg *config.Config) []*rollout.EnvChat {
 }
 
 // loopConfig derives the step budget and LR schedule.
-func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*runEnv, s *taskSampler) (stepLoopConfig, error) {
+func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossConfig, envList []*runEnv, s *curriculum.Sampler) (stepLoopConfig, error) {
 	g := cfg.GRPO
 	scale, err := grpo.ParseScaleRewards(g.ScaleRewards)
 	if err != nil {
@@ -266,6 +267,7 @@ func loopConfig(cfg *config.Config, shape config.BatchShape, lossCfg grpo.LossCo
 	lc := stepLoopConfig{
 		Shape: roundShape{K: shape.PromptsPerRound(), G: shape.G, B: shape.B, S: shape.S, GA: shape.GA, Iterations: shape.Iterations},
 		Loss:  lossCfg, Scale: scale, Aggregation: agg, MaskTruncated: g.MaskTruncatedCompletions,
+		DynamicSampling: g.DynamicSampling, MaxExtraRounds: g.DynamicSamplingMaxExtraRounds,
 		MaxSteps: maxSteps, Schedule: sched.At, SaveSteps: g.SaveSteps, LoggingSteps: g.LoggingSteps,
 		MaxFailureFrac: cfg.Rollout.MaxFailureFraction, Seed: cfg.Seed, Trajectories: cfg.Logging.LogCompletions,
 		StepTimeout: cfg.Worker.StepTimeout, LogprobTimeout: cfg.Worker.LogprobTimeout, OptimizerTimeout: cfg.Worker.OptimizerTimeout,

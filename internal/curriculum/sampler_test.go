@@ -1,4 +1,4 @@
-package train
+package curriculum
 
 import (
 	"testing"
@@ -16,7 +16,7 @@ func indices(n int) []int {
 }
 
 func TestTaskSamplerRepeatsAndCoversEpoch(t *testing.T) {
-	s, err := newTaskSampler([]envTasks{{Indices: indices(10), Weight: 1}}, 3, 4, 7, true)
+	s, err := NewSampler([]EnvTasks{{Indices: indices(10), Weight: 1}}, 3, 4, 7, true)
 	require.NoError(t, err)
 	assert.Equal(t, 3, s.RoundsPerEpoch())
 	seen := map[int]int{}
@@ -37,33 +37,33 @@ func TestTaskSamplerRepeatsAndCoversEpoch(t *testing.T) {
 }
 
 func TestTaskSamplerNoShuffleIsInOrder(t *testing.T) {
-	s, err := newTaskSampler([]envTasks{{Indices: []int{5, 6, 7, 8}, Weight: 1}}, 2, 2, 1, false)
+	s, err := NewSampler([]EnvTasks{{Indices: []int{5, 6, 7, 8}, Weight: 1}}, 2, 2, 1, false)
 	require.NoError(t, err)
-	assert.Equal(t, []sampledTask{{0, 5}, {0, 5}, {0, 6}, {0, 6}}, s.Next())
-	assert.Equal(t, []sampledTask{{0, 7}, {0, 7}, {0, 8}, {0, 8}}, s.Next())
+	assert.Equal(t, []Task{{0, 5}, {0, 5}, {0, 6}, {0, 6}}, s.Next())
+	assert.Equal(t, []Task{{0, 7}, {0, 7}, {0, 8}, {0, 8}}, s.Next())
 }
 
 func TestTaskSamplerResumeIsExact(t *testing.T) {
-	envs := []envTasks{{Indices: indices(7), Weight: 1}, {Indices: indices(5), Weight: 3}}
-	a, err := newTaskSampler(envs, 4, 2, 42, true)
+	envs := []EnvTasks{{Indices: indices(7), Weight: 1}, {Indices: indices(5), Weight: 3}}
+	a, err := NewSampler(envs, 4, 2, 42, true)
 	require.NoError(t, err)
 	for range 5 {
 		a.Next()
 	}
 	st := a.State()
-	want := [][]sampledTask{a.Next(), a.Next(), a.Next()}
+	want := [][]Task{a.Next(), a.Next(), a.Next()}
 
-	b, err := newTaskSampler(envs, 4, 2, 42, true)
+	b, err := NewSampler(envs, 4, 2, 42, true)
 	require.NoError(t, err)
 	require.NoError(t, b.Restore(st))
 	for _, w := range want {
 		assert.Equal(t, w, b.Next())
 	}
-	require.Error(t, b.Restore(samplerState{Cursors: []int{0}, Epochs: []int{0}}))
+	require.Error(t, b.Restore(SamplerState{Cursors: []int{0}, Epochs: []int{0}}))
 }
 
 func TestTaskSamplerMixesByWeight(t *testing.T) {
-	s, err := newTaskSampler([]envTasks{{Indices: indices(50), Weight: 1}, {Indices: indices(50), Weight: 3}}, 10, 2, 3, true)
+	s, err := NewSampler([]EnvTasks{{Indices: indices(50), Weight: 1}, {Indices: indices(50), Weight: 3}}, 10, 2, 3, true)
 	require.NoError(t, err)
 	counts := [2]int{}
 	for range 100 {
@@ -76,10 +76,10 @@ func TestTaskSamplerMixesByWeight(t *testing.T) {
 }
 
 func TestTaskSamplerErrors(t *testing.T) {
-	_, err := newTaskSampler(nil, 1, 2, 0, true)
+	_, err := NewSampler(nil, 1, 2, 0, true)
 	assert.Error(t, err)
-	_, err = newTaskSampler([]envTasks{{Weight: 1}}, 1, 2, 0, true)
+	_, err = NewSampler([]EnvTasks{{Weight: 1}}, 1, 2, 0, true)
 	assert.Error(t, err)
-	_, err = newTaskSampler([]envTasks{{Indices: []int{1}, Weight: 0}}, 1, 2, 0, true)
+	_, err = NewSampler([]EnvTasks{{Indices: []int{1}, Weight: 0}}, 1, 2, 0, true)
 	assert.Error(t, err)
 }
