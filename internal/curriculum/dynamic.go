@@ -51,3 +51,23 @@ func SelectGroups(groups [][]float64, k int) (keep []int, filled int) {
 	slices.Sort(keep)
 	return keep, filled
 }
+
+// DynamicStats is what dynamic sampling did for one round: the groups
+// generated (the round's own and its refills'), those trained on with a
+// reward spread (Kept), the uniform ones trained on because the round
+// stayed short (Filled), the extra rounds, and the completion tokens of
+// the groups dropped.
+type DynamicStats struct {
+	Generated, Kept, Filled, ExtraRounds, DroppedTokens int
+}
+
+// Metrics are the round's dynamic_sampling/* metrics.
+func (d DynamicStats) Metrics() map[string]float64 {
+	return map[string]float64{
+		"dynamic_sampling/groups_generated": float64(d.Generated),
+		"dynamic_sampling/groups_dropped":   float64(d.Generated - d.Kept - d.Filled),
+		"dynamic_sampling/filled_groups":    float64(d.Filled),
+		"dynamic_sampling/extra_rounds":     float64(d.ExtraRounds),
+		"dynamic_sampling/dropped_tokens":   float64(d.DroppedTokens),
+	}
+}

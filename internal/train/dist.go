@@ -305,27 +305,12 @@ func (p *roundPart) appendWire(w wireRoundPart) error {
 	if p.FirstFailure == "" {
 		p.FirstFailure = w.FirstFailure
 	}
-	st := &p.Stats
-	st.RolloutTime = max(st.RolloutTime, w.Stats.RolloutTime)
-	if st.Outcomes == nil {
-		st.Outcomes = map[string]int{}
-	}
-	for k, v := range w.Stats.Outcomes {
-		st.Outcomes[k] += v
-	}
-	st.FormatErrors += w.Stats.FormatErrors
-	st.AssistantTurns += w.Stats.AssistantTurns
-	st.AgentRollouts += w.Stats.AgentRollouts
-	st.PrefixBreaks += w.Stats.PrefixBreaks
-	st.EnvBusy += w.Stats.EnvBusy
-	st.GenBusy += w.Stats.GenBusy
-	st.EnvSpans = append(st.EnvSpans, w.Stats.EnvSpans...)
-	st.GenSpans = append(st.GenSpans, w.Stats.GenSpans...)
-	st.Tools.Calls += w.Tools.Calls
-	st.Tools.Failed += w.Tools.Failed
-	if st.Tools.Example == "" {
-		st.Tools.Example = w.Tools.Example
-	}
+	ws := w.Stats
+	// Ranks roll out at once: the round took as long as the slowest.
+	rt := max(p.Stats.RolloutTime, ws.RolloutTime)
+	p.Stats.add(roundStats{Outcomes: ws.Outcomes, FormatErrors: ws.FormatErrors, AssistantTurns: ws.AssistantTurns, AgentRollouts: ws.AgentRollouts,
+		PrefixBreaks: ws.PrefixBreaks, EnvBusy: ws.EnvBusy, GenBusy: ws.GenBusy, EnvSpans: ws.EnvSpans, GenSpans: ws.GenSpans, Tools: w.Tools})
+	p.Stats.RolloutTime = rt
 	for _, b := range w.Records {
 		var r trajectoryRecord
 		if err := json.Unmarshal(b, &r); err != nil {

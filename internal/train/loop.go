@@ -348,7 +348,6 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	if err != nil {
 		return m, err
 	}
-	stats, gn := out.Stats, out.GradNorm
 	if wp, ok := l.policy.(*workerPolicy); ok && !l.footprintLogged {
 		// Gradients and the AdamW state exist once a step has run.
 		logFootprint(l.log, wp.m, "after the first step")
@@ -362,6 +361,26 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 			return m, err
 		}
 	}
+	if err := l.publishStep(ctx, &m); err != nil {
+		return m, err
+	}
+	m.Step, m.LearningRate, m.GradNorm, m.NumTokens = l.step, lr, out.GradNorm, l.numTokens
+	// The epoch of the rounds trained on (an async run has drawn further).
+	m.Epoch = l.done.state.Sampler.Epochs[0]
+	m.reduceLoss(out.Stats, l.cfg.Loss)
+	if l.dist != nil {
+		// A global micro-batch's loss is the mean of its P slices' losses.
+		m.Loss /= float64(l.dist.WorldSize())
+		m.WorldSize = l.dist.WorldSize()
+	}
+	m.StepTime = time.Since(start)
+	return m, nil
+}
+
+// publishStep brings generation to the step's weights once it completed:
+// the weight sync (after an async run's older rounds are done), its probe
+// and router metrics, and the next async rounds.
+func (l *stepLoop) publishStep(ctx context.Context, m *StepMetrics) error {
 	syncCtx := ctx
 	if l.async() {
 		// The step is complete: an interrupt must not leave it unlogged
@@ -370,13 +389,13 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		syncCtx = context.WithoutCancel(ctx)
 		// The copy that takes this step's weights held those of step
 		// step-D: its rounds must be done.
-		if err := l.awaitGeneration(syncCtx, &m, l.step-l.pipelineDepth()); err != nil {
-			return m, err
+		if err := l.awaitGeneration(syncCtx, m, l.step-l.pipelineDepth()); err != nil {
+			return err
 		}
 	}
 	t0 := time.Now()
 	if err := l.syncWeights(syncCtx); err != nil {
-		return m, fmt.Errorf("step %d: sync weights: %w", l.step, err)
+		return fmt.Errorf("step %d: sync weights: %w", l.step, err)
 	}
 	m.SyncTime = time.Since(t0)
 	if s, ok := l.gen.(interface{ LastSync() engine.SyncStats }); ok {
@@ -392,17 +411,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 		// version start, beside the next step's training.
 		l.launchRounds(ctx)
 	}
-	m.Step, m.LearningRate, m.GradNorm, m.NumTokens = l.step, lr, gn, l.numTokens
-	// The epoch of the rounds trained on (an async run has drawn further).
-	m.Epoch = l.done.state.Sampler.Epochs[0]
-	m.reduceLoss(stats, l.cfg.Loss)
-	if l.dist != nil {
-		// A global micro-batch's loss is the mean of its P slices' losses.
-		m.Loss /= float64(l.dist.WorldSize())
-		m.WorldSize = l.dist.WorldSize()
-	}
-	m.StepTime = time.Since(start)
-	return m, nil
+	return nil
 }
 
 // addRouterStats reports how the replica router spread this rank's

@@ -112,8 +112,8 @@ func (m *StepMetrics) addRound(s roundStats) {
 	m.GenBusy += s.GenBusy
 	m.envSpans = append(m.envSpans, s.EnvSpans...)
 	m.genSpans = append(m.genSpans, s.GenSpans...)
-	m.EnvTime = unionDuration(m.envSpans)
-	m.GenTime = unionDuration(m.genSpans)
+	m.EnvTime = rollout.UnionDuration(m.envSpans)
+	m.GenTime = rollout.UnionDuration(m.genSpans)
 	m.Round = s.Round
 	m.Rounds++
 	addTaskMetrics(m.Extra, s)

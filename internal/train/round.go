@@ -75,7 +75,7 @@ type roundStats struct {
 	// tasks the curriculum skipped drawing it; Dynamic what dynamic
 	// sampling did.
 	GeneratedTokens, Skipped int
-	Dynamic                  *dynamicStats
+	Dynamic                  *curriculum.DynamicStats
 }
 
 // produceRound runs a round's rollouts and turns them into rows. It touches

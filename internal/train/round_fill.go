@@ -8,15 +8,6 @@ import (
 	"github.com/ortrain/ortrain/internal/grpo"
 )
 
-// dynamicStats is what dynamic sampling did for one round: groups
-// generated (the round's own and its refills'), those it trained on with
-// a reward spread, the uniform ones it trained on because it stayed short
-// (Filled), the extra rounds, and the completion tokens of the groups it
-// dropped.
-type dynamicStats struct {
-	Generated, Kept, Filled, ExtraRounds, DroppedTokens int
-}
-
 // fillRound is DAPO's dynamic sampling: while fewer than K of the groups
 // generated for the round have a reward spread, it rolls out K more tasks
 // from the round's refill sampler, at most MaxExtraRounds times; then the
@@ -26,7 +17,7 @@ type dynamicStats struct {
 // short. Every rank decides alike: each sees the gathered groups.
 func (l *stepLoop) fillRound(ctx context.Context, job roundJob, all *roundPart) (*roundPart, error) {
 	g, k := l.cfg.Shape.G, len(job.Refs)/l.cfg.Shape.G
-	st := dynamicStats{}
+	st := curriculum.DynamicStats{}
 	for ; spreadGroups(all.Outcomes) < k && st.ExtraRounds < l.cfg.MaxExtraRounds; st.ExtraRounds++ {
 		more, err := l.rolloutPart(ctx, job, job.Refill.Next(), st.ExtraRounds+1)
 		if err != nil {
@@ -101,45 +92,44 @@ func (p *roundPart) absorb(o *roundPart) {
 	if p.FirstFailure == "" || p.FirstFailure == "no error recorded" {
 		p.FirstFailure = o.FirstFailure
 	}
-	s := &p.Stats
-	s.RolloutTime += o.Stats.RolloutTime
+	p.Stats.add(o.Stats)
+}
+
+// add sums another part's counters into s (rollout times add up: the
+// attempts of a round run one after another).
+func (s *roundStats) add(o roundStats) {
+	s.RolloutTime += o.RolloutTime
 	if s.Outcomes == nil {
 		s.Outcomes = map[string]int{}
 	}
-	for k, v := range o.Stats.Outcomes {
+	for k, v := range o.Outcomes {
 		s.Outcomes[k] += v
 	}
-	s.FormatErrors += o.Stats.FormatErrors
-	s.AssistantTurns += o.Stats.AssistantTurns
-	s.AgentRollouts += o.Stats.AgentRollouts
-	s.PrefixBreaks += o.Stats.PrefixBreaks
-	s.AgentCalls.Add(o.Stats.AgentCalls)
-	s.EnvBusy += o.Stats.EnvBusy
-	s.GenBusy += o.Stats.GenBusy
-	s.EnvSpans = append(s.EnvSpans, o.Stats.EnvSpans...)
-	s.GenSpans = append(s.GenSpans, o.Stats.GenSpans...)
-	s.Tools.Calls += o.Stats.Tools.Calls
-	s.Tools.Failed += o.Stats.Tools.Failed
+	s.FormatErrors += o.FormatErrors
+	s.AssistantTurns += o.AssistantTurns
+	s.AgentRollouts += o.AgentRollouts
+	s.PrefixBreaks += o.PrefixBreaks
+	s.AgentCalls.Add(o.AgentCalls)
+	s.EnvBusy += o.EnvBusy
+	s.GenBusy += o.GenBusy
+	s.EnvSpans = append(s.EnvSpans, o.EnvSpans...)
+	s.GenSpans = append(s.GenSpans, o.GenSpans...)
+	s.Tools.Calls += o.Tools.Calls
+	s.Tools.Failed += o.Tools.Failed
 	if s.Tools.Example == "" {
-		s.Tools.Example = o.Stats.Tools.Example
+		s.Tools.Example = o.Tools.Example
 	}
-	s.GeneratedTokens += o.Stats.GeneratedTokens
+	s.GeneratedTokens += o.GeneratedTokens
 }
 
-// addTaskMetrics reports the round's generation cost and, with dynamic
-// sampling, what it dropped (dynamic_sampling/*).
+// addTaskMetrics reports the round's generation cost, the draws the
+// curriculum skipped and what dynamic sampling did.
 func addTaskMetrics(extra map[string]float64, s roundStats) {
 	extra["tokens/generated"] += float64(s.GeneratedTokens)
 	if s.Skipped > 0 {
 		extra["curriculum/skipped_draws"] += float64(s.Skipped)
 	}
-	if d := s.Dynamic; d != nil {
-		maps.Copy(extra, map[string]float64{
-			"dynamic_sampling/groups_generated": float64(d.Generated),
-			"dynamic_sampling/groups_dropped":   float64(d.Generated - d.Kept - d.Filled),
-			"dynamic_sampling/filled_groups":    float64(d.Filled),
-			"dynamic_sampling/extra_rounds":     float64(d.ExtraRounds),
-			"dynamic_sampling/dropped_tokens":   float64(d.DroppedTokens),
-		})
+	if s.Dynamic != nil {
+		maps.Copy(extra, s.Dynamic.Metrics())
 	}
 }

@@ -83,30 +83,17 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 	}()
 	st, err := buildStack(ctx, cfg, stackOptions{
 		resumeDir: plan.resumeDir, reference: plan.loss.Beta > 0, getenv: ro.Getenv, logger: ro.Logger, world: ro.World,
-		engine: func(ctx context.Context, modelDir string, p *workerPolicy, st *stack) (engine.Generator, error) {
-			if ro.World.Distributed() {
-				return startRankEngine(ctx, cfg, modelDir, p, ro, st)
-			}
-			noteShardAlone(cfg, ro)
-			return startEngine(ctx, cfg, modelDir, p, ro)
-		},
+		engine: runEngine(cfg, ro),
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
-	if st.group != nil {
-		ro.Logger.Info().Int("rank", ro.World.Rank).Int("world_size", ro.World.WorldSize).Str("backend", st.group.Backend()).
-			Str("launcher", ro.World.Source).Msg("joined the process group")
-	}
 	loop, err := newRunLoop(cfg, plan, st, ro.World, ro.Logger)
 	if err != nil {
 		return nil, err
 	}
 	defer loop.Close()
-	if st.group != nil {
-		loop.dist = st.group
-	}
 	if ro.Resume && loop.Step() >= loop.cfg.MaxSteps {
 		// A finished run resumed: nothing to train, so nothing is written
 		// (config.yaml, manifest.json and the logs stay as the run left them).
@@ -134,6 +121,18 @@ func Run(ctx context.Context, cfg *config.Config, ro RunOptions) (res *Result, e
 	}
 	runErr := loop.Run(ctx)
 	return finishRun(ctx, cfg, ro, loop, st.policy, res, runErr)
+}
+
+// runEngine starts a run's generation backend: this rank's share of a
+// data-parallel run's, or one process's.
+func runEngine(cfg *config.Config, ro RunOptions) func(context.Context, string, *workerPolicy, *stack) (engine.Generator, error) {
+	return func(ctx context.Context, modelDir string, p *workerPolicy, st *stack) (engine.Generator, error) {
+		if ro.World.Distributed() {
+			return startRankEngine(ctx, cfg, modelDir, p, ro, st)
+		}
+		noteShardAlone(cfg, ro)
+		return startEngine(ctx, cfg, modelDir, p, ro)
+	}
 }
 
 // runPlan is what a run decides before it loads anything.
@@ -292,6 +291,11 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log
 	}
 	loopCfg.Rewards = st.rewards
 	loop := newStepLoop(loopCfg, sampler, st.runner, st.policy, st.gen, log)
+	if st.group != nil {
+		log.Info().Int("rank", w.Rank).Int("world_size", w.WorldSize).Str("backend", st.group.Backend()).
+			Str("launcher", w.Source).Msg("joined the process group")
+		loop.dist = st.group
+	}
 	logFootprint(log, st.policy.m, "start")
 	if plan.resumeDir == "" {
 		return loop, nil

@@ -1,25 +1,23 @@
-package train
+package rollout
 
 import (
 	"slices"
 	"time"
-
-	"github.com/ortrain/ortrain/internal/rollout"
 )
 
-// unionDuration is the measure of the union of the spans: the wall time
+// UnionDuration is the measure of the union of the spans: the wall time
 // during which at least one span was open. Overlapping and touching spans
 // count once; empty or inverted spans count nothing.
-func unionDuration(spans []rollout.Span) time.Duration {
-	sorted := make([]rollout.Span, 0, len(spans))
+func UnionDuration(spans []Span) time.Duration {
+	sorted := make([]Span, 0, len(spans))
 	for _, s := range spans {
 		if s.End.After(s.Start) {
 			sorted = append(sorted, s)
 		}
 	}
-	slices.SortFunc(sorted, func(a, b rollout.Span) int { return a.Start.Compare(b.Start) })
+	slices.SortFunc(sorted, func(a, b Span) int { return a.Start.Compare(b.Start) })
 	var total time.Duration
-	var cur rollout.Span
+	var cur Span
 	for i, s := range sorted {
 		switch {
 		case i == 0:
