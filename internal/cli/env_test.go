@@ -95,7 +95,7 @@ func TestEnvServeErrors(t *testing.T) {
 		code     int
 		contains string
 	}{
-		{"unknown env", []string{"env", "serve", "nope"}, ExitUsage, `unknown built-in environment "nope" (available: echo, guess, letters, lockbox, mcp-echo)`},
+		{"unknown env", []string{"env", "serve", "nope"}, ExitUsage, `unknown built-in environment "nope" (available: echo, guess, ladder, letters, lockbox, mcp-echo)`},
 		{"no name", []string{"env", "serve"}, ExitUsage, "accepts 1 arg"},
 		{"bad port", []string{"env", "serve", "echo", "--port", "70000"}, ExitUsage, "--port 70000 is not a TCP port"},
 		{"bad idle timeout", []string{"env", "serve", "echo", "--idle-timeout", "0s"}, ExitUsage, "--idle-timeout 0s must be positive"},
@@ -118,13 +118,14 @@ func TestEnvList(t *testing.T) {
 	code, out, errOut := execCLI(t, nil, "env", "list")
 	require.Equal(t, ExitOK, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 6)
+	require.Len(t, lines, 7)
 	assert.Equal(t, "NAME\tPROTOCOL\tENV NAME\tDESCRIPTION", lines[0])
 	assert.True(t, strings.HasPrefix(lines[1], "echo\tors\techoenvironment\t"), lines[1])
 	assert.True(t, strings.HasPrefix(lines[2], "guess\topenenv\t"), lines[2])
-	assert.True(t, strings.HasPrefix(lines[3], "letters\tors\tletters\t"), lines[3])
-	assert.True(t, strings.HasPrefix(lines[4], "lockbox\tors\tlockbox\t"), lines[4])
-	assert.True(t, strings.HasPrefix(lines[5], "mcp-echo\topenenv\t"), lines[5])
+	assert.True(t, strings.HasPrefix(lines[3], "ladder\tors\tladder\t"), lines[3])
+	assert.True(t, strings.HasPrefix(lines[4], "letters\tors\tletters\t"), lines[4])
+	assert.True(t, strings.HasPrefix(lines[5], "lockbox\tors\tlockbox\t"), lines[5])
+	assert.True(t, strings.HasPrefix(lines[6], "mcp-echo\topenenv\t"), lines[6])
 }
 
 // TestEnvServeThenListTasks is the issue's must-show: serve echo on a port,

@@ -124,7 +124,7 @@ func TestListTasksErrors(t *testing.T) {
 		{"index out of range", []string{"--env", "builtin:echo", "--indices", "1,9"}, nil, ExitUsage,
 			[]string{`--indices: 9 is out of range: split "train" has 4 tasks (0-3)`}},
 		{"unknown builtin", []string{"--env", "builtin:nope"}, nil, ExitUsage,
-			[]string{"available: echo, guess, letters, lockbox, mcp-echo"}},
+			[]string{"available: echo, guess, ladder, letters, lockbox, mcp-echo"}},
 		{"bad API key", []string{"--env", unauthorized.URL}, nil, ExitError,
 			[]string{"authentication failed", "Invalid API key", "hint: set OPENREWARD_API_KEY"}},
 		{"catalog without key", []string{"--env", "Owner/Env"}, nil, ExitUsage,

@@ -16,14 +16,14 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	assert.Equal(t, []string{"echo", "guess", "letters", "lockbox", "mcp-echo"}, envs.Names())
+	assert.Equal(t, []string{"echo", "guess", "ladder", "letters", "lockbox", "mcp-echo"}, envs.Names())
 	list := envs.List()
-	require.Len(t, list, 5)
+	require.Len(t, list, 6)
 	assert.Equal(t, envs.Info{Key: "echo", EnvName: "echoenvironment", Description: list[0].Description, Protocol: envs.ProtocolORS}, list[0])
 	want := []struct {
 		name     string
 		protocol envs.Protocol
-	}{{"echoenvironment", envs.ProtocolORS}, {"GuessEnvironment", envs.ProtocolOpenEnv}, {"letters", envs.ProtocolORS}, {"lockbox", envs.ProtocolORS}, {"EchoEnvironment", envs.ProtocolOpenEnv}}
+	}{{"echoenvironment", envs.ProtocolORS}, {"GuessEnvironment", envs.ProtocolOpenEnv}, {"ladder", envs.ProtocolORS}, {"letters", envs.ProtocolORS}, {"lockbox", envs.ProtocolORS}, {"EchoEnvironment", envs.ProtocolOpenEnv}}
 	for i, info := range list {
 		assert.NotEmpty(t, info.Description, info.Key)
 		assert.Equal(t, want[i].name, info.EnvName, info.Key)
@@ -40,7 +40,7 @@ func TestRegistry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "echoenvironment", e.Name)
 	_, err = envs.New("nope")
-	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, guess, letters, lockbox, mcp-echo)`)
+	require.EqualError(t, err, `unknown built-in environment "nope" (available: echo, guess, ladder, letters, lockbox, mcp-echo)`)
 	_, err = envs.New("guess")
 	require.EqualError(t, err, `built-in environment "guess" speaks OpenEnv only; it cannot be served over ors (use protocol openenv)`)
 	_, err = envs.ProtocolOf("nope")
@@ -166,7 +166,7 @@ func TestServeLocalStopsWithContext(t *testing.T) {
 
 func TestServeLocalUnknown(t *testing.T) {
 	_, _, _, err := envs.ServeLocal(context.Background(), "nope", orsserver.Options{})
-	require.ErrorContains(t, err, "available: echo, guess, letters, lockbox, mcp-echo")
+	require.ErrorContains(t, err, "available: echo, guess, ladder, letters, lockbox, mcp-echo")
 }
 
 // TestToolLatency: with ServeOptions.ToolLatency every tool call, shared

@@ -47,6 +47,7 @@ func (b builtin) protocol() Protocol {
 var builtins = map[string]builtin{
 	"echo":     {ors: Echo},
 	"letters":  {ors: Letters},
+	"ladder":   {ors: Ladder},
 	"lockbox":  {ors: Lockbox},
 	"guess":    {openenv: Guess},
 	"mcp-echo": {openenv: MCPEcho, description: "OpenEnv's echo env (MCP): tools echo_message and echo_with_length"},
