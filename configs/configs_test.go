@@ -51,6 +51,16 @@ func TestQuickstartCommentedSettingsLoad(t *testing.T) {
 		{"async", "# async: {", "async: {", func(t *testing.T, c *config.Config) {
 			assert.Equal(t, 1, c.Async.MaxOffPolicySteps)
 		}},
+		{"dynamic sampling", "  # dynamic_sampling: true\n  # dynamic_sampling_max_extra_rounds: 4", "  dynamic_sampling: true\n  dynamic_sampling_max_extra_rounds: 4",
+			func(t *testing.T, c *config.Config) {
+				assert.True(t, c.GRPO.DynamicSampling)
+				assert.Equal(t, 4, c.GRPO.DynamicSamplingMaxExtraRounds)
+			}},
+		{"curriculum", "# curriculum: {", "curriculum: {", func(t *testing.T, c *config.Config) {
+			assert.True(t, c.Curriculum.Enabled)
+			assert.Equal(t, 0.1, c.Curriculum.RevisitProbability)
+			assert.Equal(t, 16, c.Curriculum.Window)
+		}},
 		{"env chat", "    # chat:                   # per-env overrides of the chat settings below;\n    #   final_answer_tool: submit",
 			"    chat:\n      final_answer_tool: echo", func(t *testing.T, c *config.Config) {
 				assert.Equal(t, "echo", c.EnvChat(0).FinalAnswerTool)

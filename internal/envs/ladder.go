@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ortrain/ortrain/internal/ors"
@@ -16,9 +17,8 @@ const LadderEnvName = "ladder"
 // LadderLevels is the number of difficulty levels above 0.
 const LadderLevels = 8
 
-// ladderTask asks for an answer whose fraction of the letter 'a' is at
-// least Level/LadderLevels: level 0 passes with any answer, level 8 only
-// with nothing but 'a'. The reward is 1 or 0, so a task the policy always
+// ladderTask asks for an answer with at least Level copies of the letter
+// 'a': level 0 passes with any answer, level 8 needs eight. The reward is 1 or 0, so a task the policy always
 // or never solves gives uniform groups: the env that dynamic sampling and
 // the curriculum are measured on (scripts/bench-curriculum).
 type ladderTask struct {
@@ -37,17 +37,16 @@ func ladderTasks(split string) []ladderTask {
 	return out
 }
 
-// LadderPasses reports whether answer clears level: at least level/8 of
-// its characters are 'a' (an empty answer clears nothing).
+// LadderPasses reports whether answer clears level: it holds at least
+// level copies of 'a' (an empty answer clears nothing).
 func LadderPasses(answer string, level int) bool {
-	n := utf8.RuneCountInString(answer)
-	return n > 0 && LettersScore(answer, "a")*LadderLevels >= float64(level)-1e-9
+	return answer != "" && strings.Count(answer, "a") >= level
 }
 
 type ladderSession struct{ task ladderTask }
 
 func (l *ladderSession) Prompt(context.Context) ([]ors.Block, error) {
-	return []ors.Block{ors.TextBlock(fmt.Sprintf("Call the `submit` tool with an answer in which at least %d of every %d characters are the letter 'a'.", l.task.Level, LadderLevels))}, nil
+	return []ors.Block{ors.TextBlock(fmt.Sprintf("Call the `submit` tool with an answer that holds the letter 'a' at least %d times.", l.task.Level))}, nil
 }
 
 // Ladder returns the graded-difficulty env: binary rewards over tasks of
@@ -55,7 +54,7 @@ func (l *ladderSession) Prompt(context.Context) ([]ors.Block, error) {
 func Ladder() *orsserver.Env {
 	return &orsserver.Env{
 		Name:        LadderEnvName,
-		Description: "graded difficulty, binary reward: submit an answer in which at least level/8 of the characters are 'a' (levels 0-8)",
+		Description: "graded difficulty, binary reward: submit an answer with at least `level` copies of 'a' (levels 0-8)",
 		Splits:      []ors.Split{{Name: "train", Type: "train"}, {Name: "validation", Type: "validation"}},
 		ListTasks: func(_ context.Context, split string) ([]json.RawMessage, error) {
 			tasks := ladderTasks(split)
@@ -65,14 +64,14 @@ func Ladder() *orsserver.Env {
 			}
 			return out, nil
 		},
-		Tools: []orsserver.Tool{orsserver.NewTool("submit", "Submit an answer. The reward is 1 when at least level/8 of its characters are 'a', else 0; the episode ends.",
+		Tools: []orsserver.Tool{orsserver.NewTool("submit", "Submit an answer. The reward is 1 when it holds the letter 'a' at least as many times as the task's level, else 0; the episode ends.",
 			func(_ context.Context, l *ladderSession, p SubmitParams) (ors.ToolOutput, error) {
 				reward := 0.0
 				if LadderPasses(p.Answer, l.task.Level) {
 					reward = 1
 				}
-				text := fmt.Sprintf("reward %.0f: %.3f of %d characters are 'a', level %d needs %d/%d", reward,
-					LettersScore(p.Answer, "a"), utf8.RuneCountInString(p.Answer), l.task.Level, l.task.Level, LadderLevels)
+				text := fmt.Sprintf("reward %.0f: %d of %d characters are 'a', level %d needs %d", reward,
+					strings.Count(p.Answer, "a"), utf8.RuneCountInString(p.Answer), l.task.Level, l.task.Level)
 				return ors.ToolOutput{Blocks: []ors.Block{ors.TextBlock(text)}, Reward: ors.Reward(reward), Finished: true}, nil
 			})},
 		New: func(_ context.Context, task json.RawMessage, _ map[string]string) (orsserver.Instance, error) {

@@ -21,13 +21,12 @@ func TestLadderPasses(t *testing.T) {
 	}{
 		{"", 0, false},
 		{"x", 0, true},
-		{"xxxxxxxa", 1, true},
-		{"xxxxxxxxa", 1, false}, // 1/9 < 1/8
-		{"aaaabbbb", 4, true},
-		{"aaabbbbb", 4, false},
+		{"xxxxxxxxxa", 1, true},
+		{"xxxxxxxxx", 1, false},
+		{"abababab", 4, true},
+		{"aaAbbbbb", 4, false}, // 'A' is not 'a'
 		{"aaaaaaaa", 8, true},
 		{"aaaaaaab", 8, false},
-		{"ééaa", 4, true}, // characters, not bytes
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, envs.LadderPasses(tc.answer, tc.level), "%q at level %d", tc.answer, tc.level)
@@ -54,8 +53,8 @@ func TestLadderOverORS(t *testing.T) {
 	defer s.Close(ctx)
 	prompt, err := s.Prompt(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, "Call the `submit` tool with an answer in which at least 4 of every 8 characters are the letter 'a'.", prompt[0].Text)
-	out, err := s.CallTool(ctx, "submit", json.RawMessage(`{"answer":"aabb"}`))
+	assert.Equal(t, "Call the `submit` tool with an answer that holds the letter 'a' at least 4 times.", prompt[0].Text)
+	out, err := s.CallTool(ctx, "submit", json.RawMessage(`{"answer":"babababa"}`))
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, *out.Reward)
 	assert.True(t, out.Finished)
@@ -79,7 +78,7 @@ func TestLadderOverOpenEnv(t *testing.T) {
 		level  int
 		answer string
 		want   float64
-	}{{0, "zz", 1}, {2, "abcd", 1}, {3, "abcd", 0}, {8, "aaaa", 1}} {
+	}{{0, "zz", 1}, {2, "abca", 1}, {3, "abca", 0}, {8, "aaaaaaaa", 1}} {
 		s, _, err := c.Start(ctx, map[string]any{"split": "validation", "index": tc.level})
 		require.NoError(t, err)
 		call, err := s.CallTool(ctx, "submit", json.RawMessage(fmt.Sprintf(`{"answer":%q}`, tc.answer)))
