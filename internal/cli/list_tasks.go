@@ -36,6 +36,8 @@ type ListTasksOptions struct {
 	TasksFile string
 	// TokenEnv names the variable holding --env's bearer token.
 	TokenEnv string
+	// Run lists a run directory's per-task pass rates instead of an env.
+	Run string
 }
 
 var listTasksFormats = []string{"table", "json", "jsonl"}
@@ -43,7 +45,7 @@ var listTasksFormats = []string{"table", "json", "jsonl"}
 func newListTasksCmd(deps *Deps, runF func(context.Context, *ListTasksOptions) error) *cobra.Command {
 	opts := &ListTasksOptions{}
 	cmd := &cobra.Command{
-		Use:   "list-tasks --env TARGET",
+		Use:   "list-tasks --env TARGET | --run RUN_DIR",
 		Short: "List an environment's tasks (and tools)",
 		Long: `List the tasks of one split of an environment: an index column plus one
 column per task-spec key (an OpenEnv env, which has no task list, shows its
@@ -57,6 +59,12 @@ TARGET is one of:
   Owner/Env               a hosted catalog environment (needs OPENREWARD_API_KEY)
   builtin:NAME            a built-in env, served in-process (` + strings.Join(envs.Names(), ", ") + `)
 
+With --run RUN_DIR instead of --env, list the tasks a training run has tried
+with their pass rates (from RUN_DIR/task_pass_rates.json, written with each
+checkpoint): pass rate and mean reward over each task's recent rollouts, and
+where the curriculum's bounds put it (too_easy, too_hard, in_band); hardest
+first. --split, --indices, --num-tasks and --format filter and shape it.
+
 Output: an aligned table on a terminal, tab-separated values when piped;
 --format json prints one document {env, split, tasks[{index, task}], tools[]},
 --format jsonl one {"index","task"} object per line (then one {"tool","scope"}
@@ -69,22 +77,27 @@ Environment variables:
   OPENREWARD_SESSION_URL  override of the sessions host (https://sessions.<host>)`,
 		Example: `  ortrain list-tasks --env http://127.0.0.1:8080 --tools
   ortrain list-tasks --env builtin:letters --split mixed --num-tasks 5
-  ortrain list-tasks --env Eigent/SETA --indices 0,5,7 --format json`,
+  ortrain list-tasks --env Eigent/SETA --indices 0,5,7 --format json
+  ortrain list-tasks --run runs/ladder --num-tasks 10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.IO = deps.IO
 			opts.Getenv = deps.Getenv
 			opts.Logger = deps.Logger.With().Str("command", "list-tasks").Logger()
-			if err := opts.validate(cmd.Flags().Changed("num-tasks")); err != nil {
+			if err := opts.validate(cmd.Flags().Changed("num-tasks"), cmd.Flags().Changed("split")); err != nil {
 				return err
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
+			if opts.Run != "" {
+				return runListPassRates(opts)
+			}
 			return runListTasks(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Env, "env", "", "environment: URL, Owner/Env catalog name, or builtin:NAME (required)")
+	cmd.Flags().StringVar(&opts.Run, "run", "", "instead of --env: a training run directory whose per-task pass rates to list")
 	cmd.Flags().StringVar(&opts.Split, "split", "train", "task split")
 	cmd.Flags().IntVar(&opts.NumTasks, "num-tasks", 0, "list only the first N tasks")
 	cmd.Flags().IntSliceVar(&opts.Indices, "indices", nil, "list only these task indices (e.g. 0,5,7)")
@@ -95,17 +108,22 @@ Environment variables:
 	return cmd
 }
 
-func (o *ListTasksOptions) validate(numTasksSet bool) error {
+func (o *ListTasksOptions) validate(numTasksSet, splitSet bool) error {
+	if o.Run != "" && !splitSet {
+		o.Split = "" // every split the run trained on
+	}
 	switch {
-	case o.Env == "":
-		return usageErrorf("--env is required (a URL like http://127.0.0.1:8080, a catalog name like Owner/Env, or builtin:NAME)")
+	case o.Env != "" && o.Run != "":
+		return usageErrorf("specify only one of --env (list an env's tasks) and --run (list a run's per-task pass rates)")
+	case o.Env == "" && o.Run == "":
+		return usageErrorf("--env is required (a URL like http://127.0.0.1:8080, a catalog name like Owner/Env, or builtin:NAME), or --run RUN_DIR for a run's per-task pass rates")
 	case !slices.Contains(listTasksFormats, o.Format):
 		return usageErrorf("--format %q is not a format (allowed: %s)", o.Format, strings.Join(listTasksFormats, ", "))
 	case numTasksSet && len(o.Indices) > 0:
 		return usageErrorf("specify only one of --num-tasks and --indices")
 	case numTasksSet && o.NumTasks <= 0:
 		return usageErrorf("--num-tasks %d must be at least 1", o.NumTasks)
-	case o.Split == "":
+	case o.Split == "" && o.Run == "":
 		return usageErrorf("--split must not be empty")
 	}
 	for _, i := range o.Indices {

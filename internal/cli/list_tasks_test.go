@@ -263,3 +263,45 @@ func TestListTasksOpenEnv(t *testing.T) {
 	assert.Equal(t, ExitUsage, code)
 	assert.Contains(t, errOut, "--tasks: tasks file")
 }
+
+// list-tasks --run shows a run's per-task pass rates, hardest first, with
+// the curriculum's band, filtered and in every format.
+func TestListTasksRunPassRates(t *testing.T) {
+	dir := t.TempDir()
+	snap := `{"step":20,"envs":["ladder-train","letters-train"],"splits":["train","train"],
+	  "config":{"enabled":true,"pass_threshold":1,"min_pass_rate":0,"max_pass_rate":1,"revisit_probability":0.1,"window":4},
+	  "tasks":[{"env":0,"index":3,"recent":"1111","rollouts":12,"mean_reward":1,"last_round":19},
+	           {"env":0,"index":5,"recent":"0110","rollouts":8,"mean_reward":0.5,"last_round":18},
+	           {"env":1,"index":0,"recent":"0000","rollouts":4,"mean_reward":0.1,"last_round":2}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "task_pass_rates.json"), []byte(snap), 0o644))
+
+	code, out, errOut := execCLI(t, nil, "list-tasks", "--run", dir)
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Equal(t, "pass rates at step 20 (a rollout passes with reward >= 1; over each task's last 4 rollouts)\n"+
+		"ENV\tSPLIT\tINDEX\tPASS_RATE\tMEAN_REWARD\tROLLOUTS\tRECENT\tBAND\n"+
+		"letters-train\ttrain\t0\t0.000\t0.100\t4\t0000\ttoo_hard\n"+
+		"ladder-train\ttrain\t5\t0.500\t0.500\t8\t0110\tin_band\n"+
+		"ladder-train\ttrain\t3\t1.000\t1.000\t12\t1111\ttoo_easy\n", out)
+
+	code, out, errOut = execCLI(t, nil, "list-tasks", "--run", dir, "--indices", "3,5", "--format", "jsonl")
+	require.Equal(t, ExitOK, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+	assert.JSONEq(t, `{"env":"ladder-train","split":"train","index":5,"pass_rate":0.5,"mean_reward":0.5,"rollouts":8,"recent":"0110","last_round":18,"band":"in_band"}`, lines[0])
+
+	code, out, errOut = execCLI(t, nil, "list-tasks", "--run", dir, "--num-tasks", "1", "--format", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	var doc struct {
+		Step  int
+		Tasks []struct{ Index int }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, 20, doc.Step)
+	require.Len(t, doc.Tasks, 1)
+	assert.Equal(t, 0, doc.Tasks[0].Index)
+
+	for _, args := range [][]string{{"--run", t.TempDir()}, {"--run", dir, "--env", "builtin:ladder"}} {
+		code, _, errOut = execCLI(t, nil, append([]string{"list-tasks"}, args...)...)
+		assert.Equal(t, ExitUsage, code, "%v: %s", args, errOut)
+	}
+}

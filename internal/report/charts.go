@@ -157,6 +157,10 @@ func buildSections(t *metricsTable) []section {
 	}
 	rewards = appendChart(rewards, b.lines("reward-zero-std", "Groups with zero reward std", "fraction", "frac_reward_zero_std"))
 	secs = append(secs, section{Title: "Rewards", Charts: rewards})
+	if tasks := taskCharts(b); len(tasks) > 0 {
+		secs = append(secs, section{Title: "Tasks", Charts: tasks,
+			Note: "The curriculum's view of the tasks tried so far (each task's pass rate over its recent rollouts: too easy at or above max_pass_rate, too hard at or below min_pass_rate), and what DAPO dynamic sampling generated to fill each round."})
+	}
 
 	var outcomes []chart
 	if keys := b.withPrefix("rollouts/"); len(keys) > 0 {
@@ -293,4 +297,18 @@ func valueAt(s series, x float64) float64 {
 		return s.Y[i]
 	}
 	return 0
+}
+
+// taskCharts are the curriculum's and dynamic sampling's charts: the
+// tasks' difficulty over time, the draws the curriculum skipped, the
+// groups generated, dropped and filled, and the tokens they cost.
+func taskCharts(b *chartBuilder) []chart {
+	var out []chart
+	out = appendChart(out, b.lines("task-difficulty", "Task difficulty (tasks tried so far)", "fraction",
+		"curriculum/mean_pass_rate", "curriculum/too_easy_fraction", "curriculum/too_hard_fraction"))
+	out = appendChart(out, b.lines("curriculum-draws", "Curriculum draws", "tasks", "curriculum/tasks_seen", "curriculum/skipped_draws"))
+	out = appendChart(out, b.lines("dynamic-groups", "Dynamic sampling: groups per round", "groups",
+		"dynamic_sampling/groups_generated", "dynamic_sampling/groups_dropped", "dynamic_sampling/filled_groups", "dynamic_sampling/extra_rounds"))
+	out = appendChart(out, b.lines("generated-tokens", "Generated completion tokens", "tokens", "tokens/generated", "dynamic_sampling/dropped_tokens"))
+	return out
 }

@@ -99,6 +99,23 @@ func TestBuildSectionsKeySchemes(t *testing.T) {
 			want: map[string][]string{"time": {"rollout", "sync", "train", "other"}, "time-inside": {"time/env", "time/env_busy", "time/generation"}},
 		},
 		{
+			name: "curriculum and dynamic sampling: the tasks' difficulty over time and what filling rounds cost",
+			rows: []map[string]float64{
+				{"step": 1, "curriculum/mean_pass_rate": 0.2, "curriculum/too_easy_fraction": 0.1, "curriculum/too_hard_fraction": 0.6, "curriculum/tasks_seen": 8,
+					"curriculum/skipped_draws": 2, "dynamic_sampling/groups_generated": 12, "dynamic_sampling/groups_dropped": 8,
+					"dynamic_sampling/filled_groups": 0, "dynamic_sampling/extra_rounds": 2, "tokens/generated": 1500, "dynamic_sampling/dropped_tokens": 1000},
+				{"step": 2, "curriculum/mean_pass_rate": 0.4, "curriculum/too_easy_fraction": 0.2, "curriculum/too_hard_fraction": 0.3, "curriculum/tasks_seen": 12,
+					"curriculum/skipped_draws": 5, "dynamic_sampling/groups_generated": 8, "dynamic_sampling/groups_dropped": 4,
+					"dynamic_sampling/filled_groups": 1, "dynamic_sampling/extra_rounds": 1, "tokens/generated": 1000, "dynamic_sampling/dropped_tokens": 500},
+			},
+			want: map[string][]string{
+				"task-difficulty":  {"curriculum/mean_pass_rate", "curriculum/too_easy_fraction", "curriculum/too_hard_fraction"},
+				"curriculum-draws": {"curriculum/tasks_seen", "curriculum/skipped_draws"},
+				"dynamic-groups":   {"dynamic_sampling/groups_generated", "dynamic_sampling/groups_dropped", "dynamic_sampling/filled_groups", "dynamic_sampling/extra_rounds"},
+				"generated-tokens": {"tokens/generated", "dynamic_sampling/dropped_tokens"},
+			},
+		},
+		{
 			name: "outcomes, losses and keys nobody claimed",
 			rows: []map[string]float64{
 				{"step": 3, "rollouts/done": 3, "rollouts/env_error": 1, "loss": 0.1, "kl": 0.01, "entropy": 2, "clip_ratio/low_mean": 0, "grad_norm": 1, "sampling/importance_ratio": 1.1, "num_tokens": 100},
