@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"internal/chat":         {"internal/chat/jinja"},
 	"internal/chat/jinja":   {},
 	"internal/childproc":    {},
-	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/demos", "internal/engine", "internal/engineserver", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
+	"internal/cli": {"configs", "internal/chat", "internal/config", "internal/curriculum", "internal/demos", "internal/engine", "internal/engineserver", "internal/envcheck", "internal/envs", "internal/openenv", "internal/openenv/openenvserver", "internal/report", "internal/reward",
 		"internal/envtarget", "internal/launch", "internal/model", "internal/ors", "internal/ors/orsserver", "internal/rollout", "internal/runlock",
 		"internal/sft", "internal/smoke", "internal/train", "internal/verdict", "internal/vllm", "internal/worker"},
 	"internal/config": {"internal/curriculum", "internal/grpo", "internal/reward"},
