@@ -64,6 +64,10 @@ func (p *progress) step(m train.StepMetrics) {
 	if len(m.Outcomes) > 0 {
 		ev = ev.Str("outcomes", formatCounts(m.Outcomes))
 	}
+	if g, ok := m.Extra["dynamic_sampling/groups_generated"]; ok {
+		// What filling the round cost, beside what it trained on.
+		ev = ev.Int("groups_generated", int(g)).Int("groups_dropped", int(m.Extra["dynamic_sampling/groups_dropped"]))
+	}
 	ev.Msg("step")
 }
 

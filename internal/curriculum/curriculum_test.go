@@ -207,3 +207,17 @@ func TestSnapshotRoundTrips(t *testing.T) {
 	_, err = ReadSnapshot(t.TempDir())
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// A refill keeps the envs' mixing weights.
+func TestRefillKeepsEnvWeights(t *testing.T) {
+	s, err := NewSampler([]EnvTasks{{Indices: indices(40), Weight: 1}, {Indices: indices(40), Weight: 3}}, 10, 1, 3, true)
+	require.NoError(t, err)
+	r := s.Refill(7)
+	counts := [2]int{}
+	for range 100 {
+		for _, task := range r.Next() {
+			counts[task.Env]++
+		}
+	}
+	assert.InDelta(t, 0.75, float64(counts[1])/float64(counts[0]+counts[1]), 0.05)
+}
