@@ -29,6 +29,8 @@ func TestEnvCheckBuiltins(t *testing.T) {
 		{"builtin:echo", "openenv", "env check (OpenEnv)"},
 		{"builtin:letters", "openenv", "env check (OpenEnv)"},
 		{"builtin:mcp-echo", "", "env check (OpenEnv)"},
+		{"builtin:ladder", "", "env check (ORS)"},
+		{"builtin:ladder", "openenv", "env check (OpenEnv)"},
 	} {
 		t.Run(tc.target+"/"+tc.protocol, func(t *testing.T) {
 			dir := t.TempDir()
