@@ -48,7 +48,10 @@ var readmeCommands = map[string]readmeAction{
 	"bin/ortrain run --overwrite":                     {},
 	"bin/ortrain run --config my.yaml --dry-run":      {}, // my.yaml: the test writes the quickstart's config there
 	"bin/ortrain run --config my.yaml --print-config": {},
-	"bin/ortrain report runs/quickstart":              {},
+	"bin/ortrain run --config configs/ladder.yaml --set grpo.dynamic_sampling=true --set curriculum.enabled=true": {
+		add: "--max-steps 3", why: "three steps show the round filled and the pass rates saved (scripts/bench-curriculum trains it to the end)"},
+	"bin/ortrain list-tasks --run runs/ladder":                                                  {},
+	"bin/ortrain report runs/quickstart":                                                        {},
 	"bin/ortrain eval --model runs/quickstart/checkpoints/step-000100/model -n 4 --num-tasks 8": {},
 
 	"bin/ortrain env list":                                       {},
