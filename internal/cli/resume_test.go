@@ -69,6 +69,20 @@ worker:
 `, modelDir, out, ga, spg, mu)
 }
 
+// resumeWorkspace is what the resume tests share: the worker library, the
+// binary, a scratch directory and a tiny model (seed 3) in it.
+func resumeWorkspace(t *testing.T) (lib, bin, work, modelDir string) {
+	t.Helper()
+	lib = requireWorkerLib(t)
+	bin = buildOrtrain(t)
+	work = t.TempDir()
+	modelDir = filepath.Join(work, "tiny")
+	preset, ok := model.PresetByName("tiny")
+	require.True(t, ok)
+	require.NoError(t, model.Init(modelDir, preset, 3))
+	return lib, bin, work, modelDir
+}
+
 // runOrtrain runs the binary to completion and returns its stderr.
 func runOrtrain(t *testing.T, bin, lib string, args ...string) string {
 	t.Helper()
@@ -172,13 +186,7 @@ func (r resumeRun) compare(t *testing.T) (want, got []map[string]float64) {
 // and resumed logs the same per-step metrics and ends with bit-identical
 // weights as an uninterrupted run with the same seed.
 func TestResumeIsExact(t *testing.T) {
-	lib := requireWorkerLib(t)
-	bin := buildOrtrain(t)
-	work := t.TempDir()
-	modelDir := filepath.Join(work, "tiny")
-	preset, ok := model.PresetByName("tiny")
-	require.True(t, ok)
-	require.NoError(t, model.Init(modelDir, preset, 3))
+	lib, bin, work, modelDir := resumeWorkspace(t)
 	rng := rand.New(rand.NewPCG(2026, 11))
 	for _, ga := range []int{1, 2} {
 		for _, spg := range []int{1, 2} {
@@ -198,13 +206,7 @@ func TestResumeIsExact(t *testing.T) {
 // checkpoint's weights, so the resumed run logs the same metrics and ends
 // with the same weights as the uninterrupted one.
 func TestResumeIsExactAsync(t *testing.T) {
-	lib := requireWorkerLib(t)
-	bin := buildOrtrain(t)
-	work := t.TempDir()
-	modelDir := filepath.Join(work, "tiny")
-	preset, ok := model.PresetByName("tiny")
-	require.True(t, ok)
-	require.NoError(t, model.Init(modelDir, preset, 3))
+	lib, bin, work, modelDir := resumeWorkspace(t)
 	rng := rand.New(rand.NewPCG(2026, 24))
 	for _, shape := range [][3]int{{1, 1, 1}, {1, 2, 1}, {2, 2, 2}} {
 		ga, spg, mu := shape[0], shape[1], shape[2]
@@ -226,13 +228,7 @@ func TestResumeIsExactAsync(t *testing.T) {
 // same metrics and ends with the same weights as an uninterrupted one; the
 // pass rates travel in the checkpoint, and list-tasks --run shows them.
 func TestResumeIsExactDynamicCurriculum(t *testing.T) {
-	lib := requireWorkerLib(t)
-	bin := buildOrtrain(t)
-	work := t.TempDir()
-	modelDir := filepath.Join(work, "tiny")
-	preset, ok := model.PresetByName("tiny")
-	require.True(t, ok)
-	require.NoError(t, model.Init(modelDir, preset, 3))
+	lib, bin, work, modelDir := resumeWorkspace(t)
 	rng := rand.New(rand.NewPCG(2026, 41))
 	for _, async := range []bool{false, true} {
 		r := resumeRun{bin: bin, lib: lib, work: work, name: fmt.Sprintf("async_%v", async),

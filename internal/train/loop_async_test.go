@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/ortrain/ortrain/internal/curriculum"
 	"slices"
@@ -234,6 +235,29 @@ func newAsyncLoop(t *testing.T, shape roundShape, n, steps int, ro rolloutRunner
 		UseSamplerLogps: true, MaxOffPolicySteps: n, Seed: 3,
 	}
 	return newStepLoop(cfg, s, ro, p, g, zerolog.Nop())
+}
+
+// interruptedCheckpoint is what an interrupt at l's last step boundary
+// saves and a resumed run reads back: the state (through JSON, as
+// trainer_state.json holds it), the round in use and the rounds generated
+// ahead. As an interrupt does, it cancels the rounds drawn after the
+// boundary and lets older ones finish for the checkpoint.
+func interruptedCheckpoint(t *testing.T, l *stepLoop) (State, []grpo.MicroBatch, []*genRound) {
+	t.Helper()
+	l.cancelGeneration(l.Step())
+	dir := t.TempDir()
+	require.NoError(t, writeAhead(dir, aheadRounds(t, l)))
+	l.Close()
+	require.NoError(t, writeRound(dir, l.PendingRound()))
+	b, err := json.Marshal(l.State())
+	require.NoError(t, err)
+	var st State
+	require.NoError(t, json.Unmarshal(b, &st))
+	ahead, err := readAhead(dir)
+	require.NoError(t, err)
+	round, err := readRound(dir)
+	require.NoError(t, err)
+	return st, round, ahead
 }
 
 // aheadRounds is what a checkpoint of the loop's last step would save.
@@ -505,20 +529,10 @@ func TestAsyncResumeIsExact(t *testing.T) {
 					_, err := first.TrainStep(context.Background())
 					require.NoError(t, err)
 				}
-				// An interrupt: the rounds drawn after the boundary are
-				// cancelled, older ones finish for the checkpoint.
-				first.cancelGeneration(first.Step())
-				dir := t.TempDir()
-				require.NoError(t, writeAhead(dir, aheadRounds(t, first)))
-				first.Close()
-				require.NoError(t, writeRound(dir, first.PendingRound()))
-				ahead, err := readAhead(dir)
-				require.NoError(t, err)
-				round, err := readRound(dir)
-				require.NoError(t, err)
+				st, round, ahead := interruptedCheckpoint(t, first)
 
 				resumed, rp := fresh(steps)
-				require.NoError(t, resumed.Restore(first.State(), round, ahead))
+				require.NoError(t, resumed.Restore(st, round, ahead))
 				got := run(resumed, rp)
 				require.Len(t, got, steps-tc.stop)
 				for i := range got {

@@ -164,20 +164,8 @@ func TestDynamicSamplingAndCurriculumResumeExact(t *testing.T) {
 				_, err := first.TrainStep(context.Background())
 				require.NoError(t, err)
 			}
-			first.cancelGeneration(first.Step())
-			dir := t.TempDir()
-			require.NoError(t, writeAhead(dir, aheadRounds(t, first)))
-			first.Close()
-			require.NoError(t, writeRound(dir, first.PendingRound()))
-			b, err := json.Marshal(first.State())
-			require.NoError(t, err)
-			var st State
-			require.NoError(t, json.Unmarshal(b, &st))
+			st, round, ahead := interruptedCheckpoint(t, first)
 			require.NotEmpty(t, st.Sampler.Tasks, "the checkpoint holds the pass rates")
-			ahead, err := readAhead(dir)
-			require.NoError(t, err)
-			round, err := readRound(dir)
-			require.NoError(t, err)
 
 			resumed, rp := fresh()
 			require.NoError(t, resumed.Restore(st, round, ahead))
