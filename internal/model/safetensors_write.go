@@ -114,12 +114,7 @@ func encodeSafetensorsHeader(specs []TensorSpec, metadata map[string]string) ([]
 			}
 		}
 	}
-	sort.SliceStable(order, func(i, j int) bool {
-		if a, b := order[i].DType.Size(), order[j].DType.Size(); a != b {
-			return a > b
-		}
-		return order[i].Name < order[j].Name
-	})
+	sortSafetensors(order)
 	var buf bytes.Buffer
 	buf.WriteString(`{"__metadata__":`)
 	meta, err := json.Marshal(metadata)
@@ -340,4 +335,21 @@ func F16ToF32(h uint16) float32 {
 		return math.Float32frombits(sign | e<<23 | mant<<13)
 	}
 	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// SafetensorsOrder is the order WriteSafetensorsStream writes specs in (and
+// calls its fill function in): widest dtype first, then by name.
+func SafetensorsOrder(specs []TensorSpec) []TensorSpec {
+	order := append([]TensorSpec(nil), specs...)
+	sortSafetensors(order)
+	return order
+}
+
+func sortSafetensors(order []TensorSpec) {
+	sort.SliceStable(order, func(i, j int) bool {
+		if a, b := order[i].DType.Size(), order[j].DType.Size(); a != b {
+			return a > b
+		}
+		return order[i].Name < order[j].Name
+	})
 }

@@ -36,6 +36,14 @@ func (m *Model) SaveHF(ctx context.Context, dir string) error {
 		return err
 	}
 	defer unlock()
+	return m.saveHF(ctx, dir, m.readTensor)
+}
+
+// tensorReader reads one tensor of a kind: Model.readTensor, or a stage-3
+// group's, which gathers the tensor's unit first.
+type tensorReader func(kind TensorKind, t TensorInfo) ([]byte, error)
+
+func (m *Model) saveHF(ctx context.Context, dir string, read tensorReader) error {
 	return writeDirAtomic(dir, func(tmp string) error {
 		cfg := *m.cfg
 		cfg.TorchDType = torchDTypeNames[m.dtype]
@@ -55,7 +63,7 @@ func (m *Model) SaveHF(ctx context.Context, dir string) error {
 				return err
 			}
 		}
-		return m.writeSafetensors(ctx, filepath.Join(tmp, model.SingleWeightsFile), KindWeight, nil)
+		return m.writeSafetensorsWith(ctx, filepath.Join(tmp, model.SingleWeightsFile), KindWeight, nil, read)
 	})
 }
 
@@ -71,6 +79,10 @@ func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 		return err
 	}
 	defer unlock()
+	return m.savePEFT(ctx, dir, m.readTensor)
+}
+
+func (m *Model) savePEFT(ctx context.Context, dir string, read tensorReader) error {
 	if m.opts.LoRA == nil {
 		return fmt.Errorf("save PEFT adapter %s: the model was loaded without LoRA", dir)
 	}
@@ -90,7 +102,7 @@ func (m *Model) SavePEFT(ctx context.Context, dir string) error {
 		if err := os.WriteFile(filepath.Join(tmp, "adapter_config.json"), append(b, '\n'), 0o644); err != nil {
 			return err
 		}
-		return m.writeSafetensors(ctx, filepath.Join(tmp, "adapter_model.safetensors"), KindLoRA, nil)
+		return m.writeSafetensorsWith(ctx, filepath.Join(tmp, "adapter_model.safetensors"), KindLoRA, nil, read)
 	})
 }
 
@@ -174,6 +186,10 @@ func (m *Model) LoadOptimizer(ctx context.Context, path string) error {
 }
 
 func (m *Model) writeSafetensors(ctx context.Context, path string, kind TensorKind, meta map[string]string) error {
+	return m.writeSafetensorsWith(ctx, path, kind, meta, m.readTensor)
+}
+
+func (m *Model) writeSafetensorsWith(ctx context.Context, path string, kind TensorKind, meta map[string]string, read tensorReader) error {
 	infos, err := m.tensors(kind, maxTensorName, maxTensorDims)
 	if err != nil {
 		return err
@@ -191,7 +207,7 @@ func (m *Model) writeSafetensors(ctx context.Context, path string, kind TensorKi
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		b, err := m.readTensor(kind, byName[s.Name])
+		b, err := read(kind, byName[s.Name])
 		if err != nil {
 			return err
 		}

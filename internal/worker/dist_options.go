@@ -2,6 +2,8 @@ package worker
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,8 +59,8 @@ func (o DistOptions) resolve() (DistOptions, error) {
 		return o, fmt.Errorf("timeout %v must be >= 1ms", o.Timeout)
 	case o.BucketBytes < 0:
 		return o, fmt.Errorf("bucket bytes %d must be >= 0", o.BucketBytes)
-	case o.Shard < ShardNone || o.Shard > ShardGradients:
-		return o, fmt.Errorf("shard stage %d is not none (0), optimizer (1) or gradients (2)", o.Shard)
+	case o.Shard < ShardNone || o.Shard > ShardParameters:
+		return o, fmt.Errorf("shard stage %d is not none (0), optimizer (1), gradients (2) or parameters (3)", o.Shard)
 	}
 	return o, nil
 }
@@ -82,9 +84,22 @@ const (
 	// reduce-scattered after every micro-batch, so between micro-batches a
 	// rank keeps only its slice of them.
 	ShardGradients ShardStage = 2
+	// ShardParameters (ZeRO-3, FSDP): as ShardGradients, and each rank keeps
+	// only its slice of the parameters as well, cut by unit (the embedding,
+	// each decoder layer, the final norm, the LM head; frozen LoRA base
+	// weights and the reference copy too). A unit is all-gathered just
+	// before it runs and dropped after; each layer's backward gathers it
+	// again, recomputes it and reduce-scatters its gradients at once. Every
+	// rank must make the same ForwardBackward, EvalLoss and Logprobs calls
+	// in the same order, since they are collectives. The parameters are
+	// sliced at the first such call, so BroadcastTrainable still sees them
+	// whole; afterwards weights are read a unit at a time (GatherUnit,
+	// ReadSharded) and the model cannot sample.
+	ShardParameters ShardStage = 3
 )
 
-var shardStageNames = map[ShardStage]string{ShardNone: "none", ShardOptimizer: "optimizer", ShardGradients: "gradients"}
+var shardStageNames = map[ShardStage]string{ShardNone: "none", ShardOptimizer: "optimizer", ShardGradients: "gradients",
+	ShardParameters: "parameters"}
 
 func (s ShardStage) String() string {
 	if n, ok := shardStageNames[s]; ok {
@@ -94,7 +109,7 @@ func (s ShardStage) String() string {
 }
 
 // ParseShardStage reads worker.shard: "none" (or ""), "optimizer",
-// "gradients".
+// "gradients", "parameters".
 func ParseShardStage(s string) (ShardStage, error) {
 	if s == "" {
 		return ShardNone, nil
@@ -104,7 +119,7 @@ func ParseShardStage(s string) (ShardStage, error) {
 			return k, nil
 		}
 	}
-	return ShardNone, fmt.Errorf("shard stage %q is not none, optimizer or gradients", s)
+	return ShardNone, fmt.Errorf("shard stage %q is not none, optimizer, gradients or parameters", s)
 }
 
 // Reduction is an element-wise reduction over the ranks.
@@ -117,3 +132,32 @@ const (
 )
 
 var reductionNames = map[Reduction]string{ReduceSum: "sum", ReduceMin: "min", ReduceMax: "max"}
+
+// ShardUnitOf is the stage-3 unit of a weight (HF name) or trainable tensor
+// (PEFT name) of a model with layers decoder layers: 0 the embedding, 1+i
+// layer i, layers+1 the final norm, layers+2 an untied LM head (a tied one
+// is the embedding). -1: none.
+func ShardUnitOf(name string, layers int, tied bool) int {
+	name = strings.TrimPrefix(name, "base_model.model.")
+	switch {
+	case name == "model.embed_tokens.weight":
+		return 0
+	case name == "model.norm.weight":
+		return layers + 1
+	case name == "lm_head.weight":
+		if tied {
+			return 0
+		}
+		return layers + 2
+	}
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return -1
+	}
+	i, _, ok := strings.Cut(rest, ".")
+	n, err := strconv.Atoi(i)
+	if !ok || err != nil || n < 0 || n >= layers {
+		return -1
+	}
+	return n + 1
+}

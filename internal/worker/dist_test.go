@@ -66,14 +66,15 @@ type distJob struct {
 
 // distModel selects the tiny model a rank loads.
 type distModel struct {
-	Dir   string
-	DType string
-	Seed  int64 // LoRA initialisation
-	LoRA  bool
+	Dir       string
+	DType     string
+	Seed      int64 // LoRA initialisation
+	LoRA      bool
+	Reference bool // a frozen reference copy (full fine-tuning)
 }
 
 func (d distModel) options() ModelOptions {
-	o := ModelOptions{Dir: d.Dir, DType: d.DType, Seed: d.Seed, Threads: 1}
+	o := ModelOptions{Dir: d.Dir, DType: d.DType, Seed: d.Seed, Threads: 1, Reference: d.Reference}
 	if d.LoRA {
 		o.LoRA = &LoRAOptions{Rank: 4, Alpha: 8, ModulesToSave: []string{"norm"}}
 	}
@@ -125,7 +126,7 @@ func trainRanks(ctx context.Context, m *Model, g *Group, loss grpo.LossType, ran
 				return nil, nil, err
 			}
 			stepLoss[0] += st.Loss
-			if g != nil && (g.Shard() == ShardGradients || i == distGA-1) {
+			if g != nil && (g.Shard() >= ShardGradients || i == distGA-1) {
 				sync, err := g.ReduceGrads(ctx)
 				if err != nil {
 					return nil, nil, err
@@ -214,6 +215,10 @@ func TestDistRankProcess(t *testing.T) {
 		require.NoError(t, err)
 		_, err = g.AllGather(ctx, nil)
 		require.NoError(t, err)
+		if job.Shard == ShardParameters {
+			_, err := stage3Checks(ctx, m, g, job.Opts.LoRA || job.Opts.Reference, "")
+			require.NoError(t, err)
+		}
 		if job.ShardFile != "" {
 			require.NoError(t, g.SaveOptimizerShard(ctx, job.ShardFile))
 		}

@@ -42,6 +42,8 @@ typedef struct {
   int (*group_optimizer_step)(ort_group *, ort_model *, double, ort_shard_step_stats *, char *, size_t);
   int (*group_allreduce_f64)(ort_group *, int32_t, double *, size_t, const volatile int32_t *, char *, size_t);
   int (*group_allgather)(ort_group *, const void *, size_t, size_t, void *, size_t, const volatile int32_t *, char *, size_t);
+  int (*group_gather_unit)(ort_group *, ort_model *, int32_t, int32_t *, const volatile int32_t *, char *, size_t);
+  int (*model_shard_memory)(ort_model *, int32_t, ort_shard_memory *, char *, size_t);
   int (*decode_shapes)(const ort_arch *, ort_gemm_timing *, int32_t, int32_t *, ort_attention_timing *, int32_t, int32_t *, char *, size_t);
   int (*bench_gemm)(ort_gemm_timing *, int32_t, int32_t, double, char *, size_t);
   int (*bench_attention)(ort_attention_timing *, int32_t, int32_t, double, char *, size_t);
@@ -92,6 +94,8 @@ static inline int ort_api_open(const char *path, ort_api *a, char *err, size_t n
   ORT_SYM(group_optimizer_step, "ort_group_optimizer_step")
   ORT_SYM(group_allreduce_f64, "ort_group_allreduce_f64")
   ORT_SYM(group_allgather, "ort_group_allgather")
+  ORT_SYM(group_gather_unit, "ort_group_gather_unit")
+  ORT_SYM(model_shard_memory, "ort_model_shard_memory")
   ORT_SYM(decode_shapes, "ort_decode_shapes")
   ORT_SYM(bench_gemm, "ort_bench_gemm")
   ORT_SYM(bench_attention, "ort_bench_attention")
@@ -129,6 +133,8 @@ static inline int ort_call_group_backend(ort_api *a, ort_group *g, char *nm, siz
 static inline int ort_call_group_broadcast_trainable(ort_api *a, ort_group *g, ort_model *m, int32_t root, const volatile int32_t *c, char *e, size_t en) { return a->group_broadcast_trainable(g, m, root, c, e, en); }
 static inline int ort_call_group_reduce_grads(ort_api *a, ort_group *g, ort_model *m, ort_grad_sync *o, const volatile int32_t *c, char *e, size_t en) { return a->group_reduce_grads(g, m, o, c, e, en); }
 static inline int ort_call_group_optimizer_step(ort_api *a, ort_group *g, ort_model *m, double lr, ort_shard_step_stats *o, char *e, size_t en) { return a->group_optimizer_step(g, m, lr, o, e, en); }
+static inline int ort_call_group_gather_unit(ort_api *a, ort_group *g, ort_model *m, int32_t u, int32_t *n, const volatile int32_t *c, char *e, size_t en) { return a->group_gather_unit(g, m, u, n, c, e, en); }
+static inline int ort_call_model_shard_memory(ort_api *a, ort_model *m, int32_t r, ort_shard_memory *o, char *e, size_t en) { return a->model_shard_memory(m, r, o, e, en); }
 static inline int ort_call_group_allgather(ort_api *a, ort_group *g, const void *d, size_t n, size_t mx, void *o, size_t oc, const volatile int32_t *c, char *e, size_t en) { return a->group_allgather(g, d, n, mx, o, oc, c, e, en); }
 static inline int ort_call_decode_shapes(ort_api *a, const ort_arch *ar, ort_gemm_timing *g, int32_t gc, int32_t *ng, ort_attention_timing *t, int32_t tc, int32_t *nt, char *e, size_t en) { return a->decode_shapes(ar, g, gc, ng, t, tc, nt, e, en); }
 static inline int ort_call_bench_gemm(ort_api *a, ort_gemm_timing *t, int32_t n, int32_t th, double b, char *e, size_t en) { return a->bench_gemm(t, n, th, b, e, en); }

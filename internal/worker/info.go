@@ -1,7 +1,7 @@
 package worker
 
 // ABIVersion is the C ABI this package speaks (csrc/worker_abi.h).
-const ABIVersion = 10
+const ABIVersion = 11
 
 // Info describes an opened library.
 type Info struct {

@@ -238,3 +238,24 @@ func (l *Library) ChooseDecodeKernels(ctx context.Context, mode string, cfg *mod
 func (l *Library) BenchGemm(shapes []GemmTiming, threads int) ([]GemmTiming, error) {
 	return nil, noCGO("bench gemm")
 }
+
+// GatherUnit needs cgo.
+func (g *Group) GatherUnit(ctx context.Context, unit int) (int, error) {
+	return 0, noCGO("gather unit")
+}
+
+// ReadSharded needs cgo.
+func (g *Group) ReadSharded(ctx context.Context, kind TensorKind, fn func(TensorInfo, []byte) error) error {
+	return noCGO("read sharded tensors")
+}
+
+// ShardMemory needs cgo.
+func (m *Model) ShardMemory(ctx context.Context, resetPeak bool) (ShardMemory, error) {
+	return ShardMemory{}, noCGO("shard memory")
+}
+
+// SaveHF needs cgo.
+func (g *Group) SaveHF(ctx context.Context, dir string) error { return noCGO("save weights") }
+
+// SavePEFT needs cgo.
+func (g *Group) SavePEFT(ctx context.Context, dir string) error { return noCGO("save adapter") }

@@ -66,3 +66,14 @@ type DecoderStats struct {
 	PrefillTokens, ReusedTokens, SharedTokens   int64
 	Evictions                                   int64
 }
+
+// ShardMemory is what a rank holds of its model, in bytes (Model.ShardMemory).
+type ShardMemory struct {
+	ParamBytes int64 // parameters kept (stage 3: this rank's slices, frozen ones included)
+	GradBytes  int64 // gradients kept between micro-batches (stages 2 and 3: the slices)
+	OptimBytes int64 // AdamW moments
+	// Stage 3: full tensors gathered now, and at most at once since the
+	// last reset (prefetched units and gradients waiting to be
+	// reduce-scattered included).
+	GatheredBytes, PeakGatheredBytes int64
+}

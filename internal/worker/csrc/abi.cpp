@@ -185,6 +185,7 @@ int ort_model_new(const ort_arch* arch, const ort_model_options* opts, ort_model
 
 void ort_model_free(ort_model* m) {
   try {
+    if (m != nullptr) ort::unbind_param_model(m->m);
     delete m;
   } catch (...) {
   }
@@ -453,6 +454,18 @@ int ort_group_optimizer_step(ort_group* g, ort_model* h, double lr, ort_shard_st
   return guard(err, err_len, [&] {
     if (out == nullptr) throw std::runtime_error("sharded optimizer step: nil output");
     *out = ort::sharded_optimizer_step(group(g), model(h), lr);
+  });
+}
+
+int ort_group_gather_unit(ort_group* g, ort_model* h, int32_t unit, int32_t* units, const volatile int32_t* cancel,
+                          char* err, size_t err_len) {
+  return guard(err, err_len, [&] { ort::gather_unit(group(g), model(h), unit, units, cancel); });
+}
+
+int ort_model_shard_memory(ort_model* h, int32_t reset_peak, ort_shard_memory* out, char* err, size_t err_len) {
+  return guard(err, err_len, [&] {
+    if (out == nullptr) throw std::runtime_error("shard memory: nil output");
+    *out = ort::shard_memory(model(h), reset_peak != 0);
   });
 }
 

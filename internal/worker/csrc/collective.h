@@ -48,6 +48,7 @@ struct Group {
   milliseconds timeout{0};
   int64_t bucket_bytes = kDefaultBucketBytes;
   int32_t shard = ORT_SHARD_NONE;  // ZeRO stage of the model's optimizer (ORT_SHARD_*)
+  Model* param_model = nullptr;    // stage 3: the model whose parameters this group gathers
   std::string broken;  // why the group is unusable, after a failed collective
 };
 
@@ -87,6 +88,27 @@ std::string bucket_name(const Bucket& b, size_t n);
 // fp32 (1.13's Gloo has no bfloat16 kernels, and the average is exacter).
 at::ScalarType wire_dtype(const Group& g, at::ScalarType t);
 at::Tensor flatten(const Group& g, const std::vector<at::Tensor>& parts);
+
+// kBucketsInFlight bounds the buckets a reduce-scatter or all-gather has
+// started and not finished: two keep the backend busy (it runs them in
+// order) while a step holds at most two buckets' copies at once.
+constexpr size_t kBucketsInFlight = 2;
+// padded is flat extended with zeros to n elements.
+at::Tensor padded(const at::Tensor& flat, int64_t n);
+bool native_reduce_scatter(const Group& g);
+// start_reduce_scatter starts the sum of every rank's flat [size * chunk]
+// into out [chunk] (native) or into flat itself (an all-reduce, Gloo);
+// finish_reduce_scatter returns this rank's chunk of the sum.
+c10::intrusive_ptr<c10d::Work> start_reduce_scatter(Group& g, at::Tensor& flat, at::Tensor& out, const std::string& op);
+at::Tensor finish_reduce_scatter(const Group& g, const at::Tensor& flat, const at::Tensor& out, int64_t chunk);
+// start_allgather starts gathering every rank's mine [chunk] into full
+// [size * chunk], rank r's at r * chunk.
+c10::intrusive_ptr<c10d::Work> start_allgather(Group& g, at::Tensor& mine, at::Tensor& full, const std::string& op);
+
+// param_shard.cpp: stage 3's layout, and the binding of a model to the
+// group its gathers run on (cleared by free_group and ort_model_free).
+Shard build_param_shard(Model& m, int rank, int size);
+void bind_param_group(Group& g, Model& m);
 void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& parts);
 
 }  // namespace ort

@@ -416,6 +416,7 @@ struct Decoder {
 
 Decoder* new_decoder(Model& m, const ort_decoder_options& o) {
   if (o.kv_cache_budget < 0) throw std::runtime_error("kv_cache_budget must be >= 0 bytes");
+  need_full_weights(m, "decoder");
   auto* d = new Decoder();
   d->m = &m;
   d->budget = o.kv_cache_budget;

@@ -315,9 +315,9 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
                              std::to_string(o.world_size) + ")");
   }
   if (o.timeout_ms <= 0) throw std::runtime_error("join process group: timeout must be > 0");
-  if (o.shard < ORT_SHARD_NONE || o.shard > ORT_SHARD_GRADIENTS) {
+  if (o.shard < ORT_SHARD_NONE || o.shard > ORT_SHARD_PARAMETERS) {
     throw std::runtime_error("join process group: unknown shard stage " + std::to_string(o.shard) +
-                             " (want 0 none, 1 optimizer, 2 gradients)");
+                             " (want 0 none, 1 optimizer, 2 gradients, 3 parameters)");
   }
   check_backend(device);
   auto g = std::make_unique<Group>();
@@ -393,7 +393,10 @@ Group* join_group(const at::Device& device, const ort_group_options& o, const vo
   return g.release();
 }
 
-void free_group(Group* g) { delete g; }
+void free_group(Group* g) {
+  if (g != nullptr) unbind_param_group(*g);
+  delete g;
+}
 
 std::string group_backend(const Group& g) { return g.backend; }
 
@@ -401,6 +404,7 @@ void broadcast_trainable(Group& g, Model& m, int32_t root, const volatile int32_
   check_usable(g);
   check_model(g, m);
   if (root < 0 || root >= g.size) throw std::runtime_error("broadcast: root " + std::to_string(root) + " is not a rank");
+  need_full_weights(m, "broadcast trainable tensors (before the first pass)");
   at::NoGradGuard ng;
   std::vector<at::Tensor> ts;
   for (auto& p : trainable(m)) ts.push_back(p.second.detach());

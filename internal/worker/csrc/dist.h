@@ -50,6 +50,10 @@ void attach_shard(Group& g, Model& m);
 ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel);
 // sharded_optimizer_step is ort_group_optimizer_step (shard.cpp).
 ort_shard_step_stats sharded_optimizer_step(Group& g, Model& m, double lr);
+// gather_unit is ort_group_gather_unit (param_shard.cpp); unbind_param_group
+// makes a group being freed forget its stage-3 model.
+void gather_unit(Group& g, Model& m, int32_t unit, int32_t* units, const volatile int32_t* cancel);
+void unbind_param_group(Group& g);
 // allreduce_f64 reduces values element-wise over the group with op
 // (ORT_REDUCE_*), in place.
 void allreduce_f64(Group& g, int32_t op, double* values, size_t n, const volatile int32_t* cancel);

@@ -224,6 +224,15 @@ std::vector<at::Tensor> token_logprobs(Model& m, const Batch& bt, double tempera
   }
   // With LoRA the reference is the base: adapters off and the frozen
   // originals of any modules_to_save (ref_view).
+  if (params_sharded(m)) {
+    at::NoGradGuard ng;  // log-probs only: training goes through forward_backward's pass
+    auto p = begin_sharded_pass(m, reference, cancel);
+    auto hs = sharded_hidden(*p, bt, false);
+    auto out = chunked_logprobs(hs, sharded_lm_head(*p, false), bt.targets, temperature, m.opts.logprob_chunk_rows);
+    sharded_head_done(*p);
+    finish_sharded_pass(*p, false);
+    return out;
+  }
   const Weights& w = reference ? m.ref_view : m.view;
   auto hs = completion_hidden(m, bt, w, !reference, cancel);
   return chunked_logprobs(hs, lm_head(w), bt.targets, temperature, m.opts.logprob_chunk_rows);
@@ -662,12 +671,16 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
   Batch bt = decode_batch(m, b);
   TrainingScope scope(m, backward);
   at::AutoGradMode grad_mode(backward);
+  // Stage 3: the pass gathers each unit as it runs and reduce-scatters
+  // each gradient when it is whole.
+  ShardedPassPtr sp = params_sharded(m) ? begin_sharded_pass(m, false, cancel) : nullptr;
   if (backward && blocker == nullptr && c.logprob_path != ORT_LOGPROB_RECOMPUTE) {
-    auto h = completion_hidden(m, bt, m.view, true, cancel);
-    auto w = lm_head(m.view);
+    auto h = sp ? sharded_hidden(*sp, bt, true) : completion_hidden(m, bt, m.view, true, cancel);
+    auto w = sp ? sharded_lm_head(*sp, true) : lm_head(m.view);
     const bool need_h = h.requires_grad(), need_w = w.requires_grad();
     auto tl = make_token_loss(c, b, bt, h.options().dtype(acc_dtype(m)));
     auto pass = fused_logprobs(h, w, bt.targets, 1.0 / c.temperature, m.opts.logprob_chunk_rows, tl, need_h, need_w, cancel);
+    if (sp) sharded_head_done(*sp);
     {
       at::NoGradGuard ng;  // the value and metrics only: the gradient is in pass
       batch_loss(c, b, bt, pass.logp, pass.ent, pass.correct, st);
@@ -679,6 +692,18 @@ void forward_backward(Model& m, const ort_batch* b, const ort_loss_config& c, bo
       grads.push_back(pass.grad_h);
     }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
+    if (sp) finish_sharded_pass(*sp, true);
+    return;
+  }
+  if (sp) {
+    auto hs = sharded_hidden(*sp, bt, backward);
+    auto w = sharded_lm_head(*sp, backward);
+    auto lpe = chunked_logprobs(hs, w, bt.targets, c.temperature, m.opts.logprob_chunk_rows);
+    auto loss = batch_loss(c, b, bt, lpe[0], lpe[1], lpe[2], st);
+    check_cancel(cancel);
+    if (backward && loss.requires_grad()) loss.backward();
+    sharded_head_done(*sp);
+    finish_sharded_pass(*sp, backward);
     return;
   }
   auto lpe = token_logprobs(m, bt, c.temperature, false, cancel);

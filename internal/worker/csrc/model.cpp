@@ -41,7 +41,7 @@ bool serial_decode_arch(const ort_arch& a, int64_t rows) {
 
 at::ScalarType acc_dtype(const Model& m) { return m.dtype == at::kDouble ? at::kDouble : at::kFloat; }
 
-static std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const ort_arch& a) {
   const int64_t H = a.hidden_size, I = a.intermediate_size, V = a.vocab_size, hd = a.head_dim;
@@ -81,14 +81,14 @@ static at::Tensor get(std::map<std::string, at::Tensor>& w, const std::string& n
   return it->second;
 }
 
-static Lin make_lin(Model& m, std::map<std::string, at::Tensor>& w, const std::string& module, bool bias,
-                    bool with_lora) {
+static Lin make_lin(std::map<std::string, at::Tensor>& w, const std::map<std::string, LoraPair>* lora,
+                    const std::string& module, bool bias) {
   Lin l;
   l.w = get(w, module + ".weight");
   if (bias) l.b = get(w, module + ".bias");
-  if (with_lora) {
-    auto it = m.lora.find(module);
-    if (it != m.lora.end()) {
+  if (lora != nullptr) {
+    auto it = lora->find(module);
+    if (it != lora->end()) {
       l.lora_a = it->second.a;
       l.lora_b = it->second.b;
     }
@@ -96,30 +96,33 @@ static Lin make_lin(Model& m, std::map<std::string, at::Tensor>& w, const std::s
   return l;
 }
 
+LayerW make_layer(const Model& m, std::map<std::string, at::Tensor>& w, const std::map<std::string, LoraPair>* lora,
+                  int i) {
+  const std::string p = layer_prefix(i);
+  LayerW L;
+  L.ln1 = get(w, p + "input_layernorm.weight");
+  L.ln2 = get(w, p + "post_attention_layernorm.weight");
+  if (m.arch.qk_norm) {
+    L.q_norm = get(w, p + "self_attn.q_norm.weight");
+    L.k_norm = get(w, p + "self_attn.k_norm.weight");
+  }
+  const bool ab = m.arch.attention_bias != 0;
+  L.q = make_lin(w, lora, p + "self_attn.q_proj", ab);
+  L.k = make_lin(w, lora, p + "self_attn.k_proj", ab);
+  L.v = make_lin(w, lora, p + "self_attn.v_proj", ab);
+  L.o = make_lin(w, lora, p + "self_attn.o_proj", m.arch.o_bias != 0);
+  L.gate = make_lin(w, lora, p + "mlp.gate_proj", false);
+  L.up = make_lin(w, lora, p + "mlp.up_proj", false);
+  L.down = make_lin(w, lora, p + "mlp.down_proj", false);
+  return L;
+}
+
 Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora) {
   Weights v;
   v.embed = get(w, "model.embed_tokens.weight");
   v.norm = get(w, "model.norm.weight");
   v.lm_head = m.arch.tie_embeddings ? v.embed : get(w, "lm_head.weight");
-  for (int i = 0; i < m.arch.num_layers; i++) {
-    const std::string p = layer_prefix(i);
-    LayerW L;
-    L.ln1 = get(w, p + "input_layernorm.weight");
-    L.ln2 = get(w, p + "post_attention_layernorm.weight");
-    if (m.arch.qk_norm) {
-      L.q_norm = get(w, p + "self_attn.q_norm.weight");
-      L.k_norm = get(w, p + "self_attn.k_norm.weight");
-    }
-    const bool ab = m.arch.attention_bias != 0;
-    L.q = make_lin(m, w, p + "self_attn.q_proj", ab, with_lora);
-    L.k = make_lin(m, w, p + "self_attn.k_proj", ab, with_lora);
-    L.v = make_lin(m, w, p + "self_attn.v_proj", ab, with_lora);
-    L.o = make_lin(m, w, p + "self_attn.o_proj", m.arch.o_bias != 0, with_lora);
-    L.gate = make_lin(m, w, p + "mlp.gate_proj", false, with_lora);
-    L.up = make_lin(m, w, p + "mlp.up_proj", false, with_lora);
-    L.down = make_lin(m, w, p + "mlp.down_proj", false, with_lora);
-    v.layers.push_back(L);
-  }
+  for (int i = 0; i < m.arch.num_layers; i++) v.layers.push_back(make_layer(m, w, with_lora ? &m.lora : nullptr, i));
   return v;
 }
 
@@ -231,7 +234,7 @@ void finalize(Model& m) {
 // Without autograd (sampling) the temporaries are updated in place and the
 // casts that would change nothing are skipped: the same arithmetic in fewer
 // dispatcher calls, which is what a small model's decode step is made of.
-static at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const auto in = x.scalar_type();
   const bool wide = in == at::kDouble || in == at::kFloat;
   if (wide && !at::GradMode::is_enabled()) {
@@ -315,22 +318,6 @@ static at::Tensor linear(const Model& m, const Lin& l, const at::Tensor& x, bool
   return y;
 }
 
-struct LayerCtx {
-  const Model* m;
-  const LayerW* w;
-  bool lora_on;
-  at::Tensor cos, sin_rot, pos;  // [B, 1, L, hd] (rope_tables)
-  // seg [B, L] (packed training batches only): the row each position
-  // belongs to; a query sees only keys of its own row.
-  at::Tensor seg;
-  KVCache* cache;
-  int layer;
-  // allowed [B, 1, L, Lk] says which keys each query sees: causal by
-  // position; right padding means real tokens never see padding. bias is
-  // the same as an additive 0/-inf mask [B, 1, 1, L, Lk], built once per
-  // forward rather than per layer.
-  at::Tensor allowed, bias;
-};
 
 // attention_masks fills c.allowed and c.bias for keys at key_pos [B, Lk].
 static void attention_masks(LayerCtx& c, const at::Tensor& key_pos, at::ScalarType acc) {
@@ -402,7 +389,7 @@ static at::Tensor attention(const LayerCtx& c, const at::Tensor& x) {
   return linear(*c.m, c.w->o, out, c.lora_on);
 }
 
-static at::Tensor layer_forward(const LayerCtx& c, const at::Tensor& x) {
+at::Tensor layer_forward(const LayerCtx& c, const at::Tensor& x) {
   const double eps = c.m->arch.rms_eps;
   auto h = x + attention(c, rms_norm(x, c.w->ln1, eps));
   auto n = rms_norm(h, c.w->ln2, eps);
@@ -497,14 +484,12 @@ struct EmbeddingLookup : public torch::autograd::Function<EmbeddingLookup> {
   }
 };
 
-static at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& ids) {
+at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& ids) {
   if (!at::GradMode::is_enabled() || !weight.requires_grad() || !weight.is_leaf()) return at::embedding(weight, ids);
   return EmbeddingLookup::apply(weight, ids);
 }
 
-at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg,
-                   KVCache* cache, const volatile int32_t* cancel) {
-  auto x = embed_tokens(w.embed, ids);
+LayerCtx layer_ctx(Model& m, const at::Tensor& pos, const at::Tensor& seg, KVCache* cache) {
   const int64_t B = pos.size(0), L = pos.size(1), hd = m.arch.head_dim;
   // Positions are below the keys' length: the cache's span, else the
   // sequence's (0..L-1). Known from shapes, so no read of pos (a device sync
@@ -512,12 +497,20 @@ at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& i
   const int64_t Lk = cache != nullptr ? cache->k[0].size(2) : pos.size(1);
   rope_tables(m, std::max<int64_t>(Lk, 1));
   auto rows = pos.reshape({-1});
-  LayerCtx c{&m, nullptr, lora_on, m.rope_cos.index_select(0, rows).view({B, 1, L, hd}),
+  LayerCtx c{&m, nullptr, false, m.rope_cos.index_select(0, rows).view({B, 1, L, hd}),
              m.rope_sin_rot.index_select(0, rows).view({B, 1, L, hd}), pos, seg, cache, 0, {}, {}};
   if (cache == nullptr || !cache->all_keys) {
     attention_masks(c, cache != nullptr ? at::arange(Lk, pos.options()).view({1, -1}).expand({pos.size(0), Lk}) : pos,
                     acc_dtype(m));
   }
+  return c;
+}
+
+at::Tensor forward(Model& m, const Weights& w, bool lora_on, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg,
+                   KVCache* cache, const volatile int32_t* cancel) {
+  auto x = embed_tokens(w.embed, ids);
+  auto c = layer_ctx(m, pos, seg, cache);
+  c.lora_on = lora_on;
   const bool ckpt = m.opts.grad_checkpointing && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < w.layers.size(); i++) {
     check_cancel(cancel);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -74,16 +75,55 @@ struct ShardBucket {
   std::vector<size_t> params;  // indices into Model::params, in order
   int64_t numel = 0, chunk = 0, lo = 0, hi = 0;
   std::vector<ShardPiece> pieces;
+  // Stage 3 only: this rank's slice of the parameters themselves ([hi - lo],
+  // the tensors' dtype); the tensors in Model::params then hold placeholders.
+  at::Tensor data;
   at::Tensor grad;                 // [hi - lo] in the tensors' dtype: the slice of the averaged gradient
   at::Tensor exp_avg, exp_avg_sq;  // [hi - lo] in the tensors' dtype, allocated at the first update
 };
 
-// Shard is a model's optimizer spread over a process group (ZeRO stage 1 or
-// 2, shard.cpp). stage NONE: every rank holds everything.
+// FrozenSlice is a run of frozen tensors (LoRA's base weights, the frozen
+// reference copy) flattened and sliced as a ShardBucket is (stage 3).
+struct FrozenSlice {
+  std::vector<std::string> names;  // HF weight names, in flattening order
+  int64_t numel = 0, chunk = 0, lo = 0, hi = 0;
+  at::Tensor data;  // [hi - lo]
+};
+
+// ParamUnit is what stage 3 gathers at once: the embedding, one decoder
+// layer, the final norm or the LM head. Its trainable tensors are a bucket
+// (npos when it has none), its frozen ones (LoRA base weights) and the
+// reference copy's (full fine-tuning with a reference) FrozenSlices.
+struct ParamUnit {
+  std::string what;  // "embedding", "layer 3", "norm", "lm_head"
+  int layer = -1;
+  std::vector<std::string> names;  // the HF weights it covers
+  size_t bucket = SIZE_MAX;
+  FrozenSlice base, ref;
+};
+
+// Shard is a model's optimizer spread over a process group (ZeRO stages 1
+// and 2, shard.cpp) and, at stage 3, its parameters too (param_shard.cpp).
+// stage NONE: every rank holds everything.
+struct Group;
 struct Shard {
   int32_t stage = ORT_SHARD_NONE;
   int rank = 0, size = 1;
   std::vector<ShardBucket> buckets;
+  // Stage 3: the units in forward order, whether the full tensors have been
+  // sliced and dropped yet (at the first use after the join, so the join's
+  // broadcast still sees them), the group the gathers run on (cleared when
+  // it is freed), and what the gradient reduce-scatters of the backward
+  // passes since the last ort_group_reduce_grads sent.
+  std::vector<ParamUnit> units;
+  bool sliced = false;
+  Group* group = nullptr;
+  int64_t sync_bytes = 0;
+  int32_t sync_buckets = 0;
+  int64_t gathered_bytes = 0, peak_gathered_bytes = 0;  // full tensors gathered now, and at most since the last reset
+  // The unit ort_group_gather_unit gathered last, for reads by name.
+  int staged_unit = -1;
+  std::map<std::string, at::Tensor> staged;  // HF names (base or full weights), PEFT names (trainable)
   // By trainable tensor, the same on every rank: its AdamW state exists
   // (created by its first gradient, as torch.optim does), and some rank had
   // a gradient for it since the last step.
@@ -153,7 +193,35 @@ struct Model {
 
 // model.cpp
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const ort_arch& a);
+std::string layer_prefix(int i);  // "model.layers.<i>."
 Weights make_view(Model& m, std::map<std::string, at::Tensor>& w, bool with_lora);
+// make_layer is layer i's view over w (HF names), with the adapters in lora
+// (by module path) when lora is not null.
+LayerW make_layer(const Model& m, std::map<std::string, at::Tensor>& w, const std::map<std::string, LoraPair>* lora,
+                  int i);
+
+// LayerCtx is what a decoder layer reads besides its weights.
+struct LayerCtx {
+  const Model* m;
+  const LayerW* w;
+  bool lora_on;
+  at::Tensor cos, sin_rot, pos;  // [B, 1, L, hd] (rope_tables)
+  // seg [B, L] (packed training batches only): the row each position
+  // belongs to; a query sees only keys of its own row.
+  at::Tensor seg;
+  KVCache* cache;
+  int layer;
+  // allowed [B, 1, L, Lk] says which keys each query sees: causal by
+  // position; right padding means real tokens never see padding. bias is
+  // the same as an additive 0/-inf mask [B, 1, 1, L, Lk], built once per
+  // forward rather than per layer.
+  at::Tensor allowed, bias;
+};
+// layer_ctx builds the rotary rows and masks of positions pos (w and
+// lora_on left for the caller); layer_forward runs one block.
+LayerCtx layer_ctx(Model& m, const at::Tensor& pos, const at::Tensor& seg, KVCache* cache);
+at::Tensor layer_forward(const LayerCtx& c, const at::Tensor& x);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 void finalize(Model& m);
 // forward runs the decoder over ids [B, L] at positions [B, L]; with a cache
 // it writes keys/values at those positions and attends over the cache.
@@ -347,6 +415,30 @@ void shard_absorb_state(Model& m);
 // and returns its bucket and piece, or false.
 std::string shard_piece_name(const Model& m, const ShardPiece& p);
 bool find_shard_piece(const Model& m, const std::string& name, const ShardBucket** bucket, const ShardPiece** piece);
+
+// param_shard.cpp: ZeRO stage 3. A pass is one forward (and backward) over
+// the units of a model whose parameters are sharded: begin it, take the
+// completion rows' hidden states and the LM head, compute the loss and its
+// backward (the layers reduce-scatter their gradients as it runs), tell it
+// the head's gradient is whole, then finish it (the norm's and embedding's
+// gradients; every collective awaited). A pass destroyed unfinished breaks
+// the group, as its peers are left in a collective this rank skipped.
+struct ShardedPass;
+struct ShardedPassDeleter {
+  void operator()(ShardedPass* p) const;
+};
+using ShardedPassPtr = std::unique_ptr<ShardedPass, ShardedPassDeleter>;
+inline bool params_sharded(const Model& m) { return m.shard.stage == ORT_SHARD_PARAMETERS; }
+ShardedPassPtr begin_sharded_pass(Model& m, bool reference, const volatile int32_t* cancel);
+at::Tensor sharded_hidden(ShardedPass& p, const Batch& bt, bool grad);  // [N, H], as completion_hidden
+at::Tensor sharded_lm_head(ShardedPass& p, bool grad);
+void sharded_head_done(ShardedPass& p);
+void finish_sharded_pass(ShardedPass& p, bool trained);
+// need_full_weights refuses what needs the whole model on one rank (what
+// names it) once stage 3 has sliced it.
+void need_full_weights(const Model& m, const std::string& what);
+ort_shard_memory shard_memory(Model& m, bool reset_peak);
+void unbind_param_model(Model& m);  // ort_model_free: the group forgets it
 
 // sample.cpp
 void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,

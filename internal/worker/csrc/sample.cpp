@@ -31,6 +31,7 @@ void validate(const Model& m, const ort_sample_request& r, const ort_sample_resu
 void sample(Model& m, const ort_sample_request* reqs, int32_t n, ort_sample_result* out,
             const volatile int32_t* cancel) {
   if (n <= 0) throw std::runtime_error("empty batch: no sample requests");
+  need_full_weights(m, "sample");
   for (int32_t i = 0; i < n; i++) validate(m, reqs[i], out[i], i);
   at::NoGradGuard ng;
   DecodeGemmScope gemm(m);

@@ -27,12 +27,7 @@ namespace ort {
 
 namespace {
 
-constexpr const char* kStageNames[] = {"none", "optimizer", "gradients"};
-
-// kBucketsInFlight bounds the buckets a reduce-scatter or all-gather has
-// started and not finished: two keep the backend busy (it runs them in
-// order) while a step holds at most two buckets' copies at once.
-constexpr size_t kBucketsInFlight = 2;
+constexpr const char* kStageNames[] = {"none", "optimizer", "gradients", "parameters"};
 
 // build_shard lays out m's trainable tensors for rank of size ranks.
 Shard build_shard(Model& m, int32_t stage, int rank, int size, int64_t bucket_bytes) {
@@ -69,7 +64,8 @@ Shard build_shard(Model& m, int32_t stage, int rank, int size, int64_t bucket_by
 Shard& ready_shard(Group& g, Model& m) {
   auto& sh = m.shard;
   if (sh.stage == ORT_SHARD_NONE) {
-    sh = build_shard(m, g.shard, g.rank, g.size, g.bucket_bytes);
+    sh = g.shard == ORT_SHARD_PARAMETERS ? build_param_shard(m, g.rank, g.size)
+                                         : build_shard(m, g.shard, g.rank, g.size, g.bucket_bytes);
   } else if (sh.stage != g.shard || sh.rank != g.rank || sh.size != g.size) {
     throw std::runtime_error("the model's optimizer is sharded as rank " + std::to_string(sh.rank) + " of " +
                              std::to_string(sh.size) + " (" + kStageNames[sh.stage] + "); this group has rank " +
@@ -87,12 +83,6 @@ at::Tensor flat_param(Model& m, size_t i) {
   return p.second.detach().view({-1});
 }
 
-// padded is flat extended with zeros to n elements.
-at::Tensor padded(const at::Tensor& flat, int64_t n) {
-  if (flat.numel() == n) return flat;
-  return at::cat({flat, at::zeros({n - flat.numel()}, flat.options())});
-}
-
 // bucket_grads is bucket b's gradients flattened in the wire dtype and
 // padded to size*chunk (zeros for a tensor without a gradient on this rank).
 at::Tensor bucket_grads(const Group& g, Model& m, const ShardBucket& b) {
@@ -104,6 +94,18 @@ at::Tensor bucket_grads(const Group& g, Model& m, const ShardBucket& b) {
   }
   auto flat = at::cat(parts).to(wire_dtype(g, params[b.params.front()].second.scalar_type()));
   return padded(flat, b.chunk * g.size);
+}
+
+bool any_grad(const Shard& sh, const ShardBucket& b) {
+  return std::any_of(b.params.begin(), b.params.end(), [&](size_t i) { return sh.has_grad[i] != 0; });
+}
+
+}  // namespace
+
+// padded is flat extended with zeros to n elements.
+at::Tensor padded(const at::Tensor& flat, int64_t n) {
+  if (flat.numel() == n) return flat;
+  return at::cat({flat, at::zeros({n - flat.numel()}, flat.options())});
 }
 
 // native_reduce_scatter says whether g's backend reduce-scatters itself:
@@ -128,20 +130,30 @@ c10::intrusive_ptr<c10d::Work> start_reduce_scatter(Group& g, at::Tensor& flat, 
   }
 }
 
+c10::intrusive_ptr<c10d::Work> start_allgather(Group& g, at::Tensor& mine, at::Tensor& full, const std::string& op) {
+  const int64_t chunk = mine.numel();
+  // The backend keeps its own handles on these views until the work ends.
+  std::vector<std::vector<at::Tensor>> outs(1);
+  for (int r = 0; r < g.size; r++) outs[0].push_back(full.narrow(0, r * chunk, chunk));
+  std::vector<at::Tensor> in{mine};
+  c10d::AllgatherOptions o;
+  o.timeout = backend_timeout(g.timeout);
+  try {
+    return g.pg->allgather(outs, in, o);
+  } catch (const std::exception& e) {
+    fail_backend(g, op, e);
+  }
+}
+
 at::Tensor finish_reduce_scatter(const Group& g, const at::Tensor& flat, const at::Tensor& out, int64_t chunk) {
   if (native_reduce_scatter(g)) return out;
   return flat.narrow(0, g.rank * chunk, chunk);
 }
 
-bool any_grad(const Shard& sh, const ShardBucket& b) {
-  return std::any_of(b.params.begin(), b.params.end(), [&](size_t i) { return sh.has_grad[i] != 0; });
-}
-
-}  // namespace
-
 void attach_shard(Group& g, Model& m) {
-  if (g.shard < ORT_SHARD_NONE || g.shard > ORT_SHARD_GRADIENTS) {
-    throw std::runtime_error("unknown shard stage " + std::to_string(g.shard) + " (want 0 none, 1 optimizer, 2 gradients)");
+  if (g.shard < ORT_SHARD_NONE || g.shard > ORT_SHARD_PARAMETERS) {
+    throw std::runtime_error("unknown shard stage " + std::to_string(g.shard) +
+                             " (want 0 none, 1 optimizer, 2 gradients, 3 parameters)");
   }
   if (g.shard == ORT_SHARD_NONE) {
     if (m.shard.stage != ORT_SHARD_NONE) {
@@ -151,6 +163,7 @@ void attach_shard(Group& g, Model& m) {
   }
   need_finalized(m);
   ready_shard(g, m);
+  if (g.shard == ORT_SHARD_PARAMETERS) bind_param_group(g, m);
   forget_listings(m);
 }
 
@@ -219,6 +232,14 @@ ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel) {
   check_usable(g);
   check_model(g, m);
   auto& sh = ready_shard(g, m);
+  if (sh.stage == ORT_SHARD_PARAMETERS) {  // the backward passes reduce-scattered as they went
+    out.bytes = sh.sync_bytes;
+    out.buckets = sh.sync_buckets;
+    out.emulated = native_reduce_scatter(g) ? 0 : 1;
+    sh.sync_bytes = 0;
+    sh.sync_buckets = 0;
+    return out;
+  }
   at::NoGradGuard ng;
   auto& params = trainable(m);
   const auto any = grads_on_any_rank(g, m, cancel);
@@ -308,7 +329,8 @@ ort_shard_step_stats sharded_optimizer_step(Group& g, Model& m, double lr) {
         b.exp_avg = at::zeros({b.hi - b.lo}, w.options().requires_grad(false));
         b.exp_avg_sq = at::zeros({b.hi - b.lo}, w.options().requires_grad(false));
       }
-      ws.push_back(flat_param(m, p.param).narrow(0, p.param_off, p.len));
+      ws.push_back(sh.stage == ORT_SHARD_PARAMETERS ? b.data.narrow(0, p.slice_off, p.len)
+                                                    : flat_param(m, p.param).narrow(0, p.param_off, p.len));
       gs.push_back(cast(b.grad.narrow(0, p.slice_off, p.len), w.scalar_type()));
       m1s.push_back(b.exp_avg.narrow(0, p.slice_off, p.len));
       vs.push_back(b.exp_avg_sq.narrow(0, p.slice_off, p.len));
@@ -319,13 +341,19 @@ ort_shard_step_stats sharded_optimizer_step(Group& g, Model& m, double lr) {
   for (size_t i = 0; i < params.size(); i++) {
     if (sh.has_grad[i]) sh.has_state[i] = 1;
   }
+  if (sh.stage == ORT_SHARD_PARAMETERS) {  // the slices are the parameters: the next pass gathers them
+    for (auto& b : sh.buckets) {
+      if (b.grad.defined()) b.grad.zero_();
+    }
+    std::fill(sh.has_grad.begin(), sh.has_grad.end(), 0);
+    return st;
+  }
 
   // Every rank's updated slices, to every rank, a bounded number of
   // buckets in flight. Buckets no rank had a gradient for did not change.
   struct Pending {
     ShardBucket* b;
     at::Tensor mine, full;  // full: [size * chunk], rank r's slice at r * chunk
-    std::vector<std::vector<at::Tensor>> outs;
     c10::intrusive_ptr<c10d::Work> work;
     std::string name;
   };
@@ -347,18 +375,10 @@ ort_shard_step_stats sharded_optimizer_step(Group& g, Model& m, double lr) {
     for (const auto& p : b.pieces) parts.push_back(flat_param(m, p.param).narrow(0, p.param_off, p.len));
     auto mine = parts.empty() ? at::zeros({0}, params[b.params.front()].second.options().requires_grad(false))
                               : at::cat(parts);
-    Pending pd{&b, padded(mine.to(wire_dtype(g, dtype)), b.chunk), {}, std::vector<std::vector<at::Tensor>>(1), {},
+    Pending pd{&b, padded(mine.to(wire_dtype(g, dtype)), b.chunk), {}, {},
                "all-gather bucket " + std::to_string(k + 1) + " of " + std::to_string(sh.buckets.size())};
     pd.full = at::empty({b.chunk * g.size}, pd.mine.options());
-    for (int r = 0; r < g.size; r++) pd.outs[0].push_back(pd.full.narrow(0, r * b.chunk, b.chunk));
-    std::vector<at::Tensor> in{pd.mine};
-    c10d::AllgatherOptions o;
-    o.timeout = backend_timeout(g.timeout);
-    try {
-      pd.work = g.pg->allgather(pd.outs, in, o);
-    } catch (const std::exception& e) {
-      fail_backend(g, pd.name, e);
-    }
+    pd.work = start_allgather(g, pd.mine, pd.full, pd.name);
     st.gather_bytes += pd.mine.nbytes();
     pending.push_back(std::move(pd));
   }

@@ -73,8 +73,40 @@ at::Tensor merged(Model& m, const std::string& name, const at::Tensor& w) {
   return w + at::matmul(it->second.b, it->second.a) * m.lora_scale;
 }
 
+// staged_tensor is a read of a weight or trainable tensor of a stage-3
+// model: from the unit ort_group_gather_unit gathered last.
+at::Tensor staged_tensor(Model& m, int32_t kind, const std::string& name) {
+  const auto& st = m.shard.staged;
+  auto find = [&](const std::string& n) -> const at::Tensor* {
+    auto it = st.find(n);
+    return it == st.end() ? nullptr : &it->second;
+  };
+  const at::Tensor* t = nullptr;
+  if (kind == ORT_KIND_WEIGHT) {
+    if (m.opts.lora_rank <= 0) {
+      t = find(name);
+    } else if ((t = find("base_model.model." + name)) == nullptr && (t = find(name)) != nullptr &&
+               ends_with(name, ".weight")) {
+      const auto module = "base_model.model." + name.substr(0, name.size() - 7);
+      const auto *a = find(module + ".lora_A.weight"), *b = find(module + ".lora_B.weight");
+      if (a != nullptr && b != nullptr) return *t + at::matmul(*b, *a) * m.lora_scale;
+    }
+  } else if (kind == ORT_KIND_LORA && m.opts.lora_rank > 0) {
+    auto alias = m.saved_alias.find(name);
+    t = find(alias != m.saved_alias.end() ? alias->second : name);
+  }
+  if (t != nullptr) return *t;
+  const bool known = kind == ORT_KIND_WEIGHT ? m.expected_shapes.count(name) != 0
+                                             : m.param_index.count(name) != 0 || m.saved_alias.count(name) != 0;
+  if (!known) throw std::runtime_error("no tensor named " + name);
+  throw std::runtime_error("tensor " + name + " is sharded over the process group's ranks (worker.shard: parameters)" +
+                           (m.shard.staged_unit < 0 ? std::string() : " and not in the unit gathered last") +
+                           ": gather its unit first (ort_group_gather_unit)");
+}
+
 // find_tensor returns the stored tensor a read of (kind, name) starts from.
 at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
+  if (m.shard.sliced && (kind == ORT_KIND_WEIGHT || kind == ORT_KIND_LORA)) return staged_tensor(m, kind, name);
   switch (kind) {
     case ORT_KIND_WEIGHT: {
       if (auto sv = m.saved.find(name); sv != m.saved.end()) return sv->second;  // trained in full
@@ -103,7 +135,7 @@ at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
     case ORT_KIND_GRAD: {  // by the trainable tensor's name, or its piece's (stage 2)
       const ShardBucket* b = nullptr;
       const ShardPiece* p = nullptr;
-      if (m.shard.stage == ORT_SHARD_GRADIENTS && find_shard_piece(m, name, &b, &p)) {
+      if (m.shard.stage >= ORT_SHARD_GRADIENTS && find_shard_piece(m, name, &b, &p)) {
         if (b->grad.defined()) return b->grad.narrow(0, p->slice_off, p->len);
         return at::zeros({p->len}, m.params[p->param].second.options());
       }
@@ -174,7 +206,7 @@ std::vector<TensorMeta> build_listing(Model& m, int32_t kind) {
       }
       break;
     case ORT_KIND_GRAD:  // the parameters themselves: same names and shapes
-      if (m.shard.stage == ORT_SHARD_GRADIENTS) {  // stage 2 keeps this rank's slices only
+      if (m.shard.stage >= ORT_SHARD_GRADIENTS) {  // stages 2 and 3 keep this rank's slices only
         for (const auto& b : m.shard.buckets) {
           for (const auto& p : b.pieces) {
             const auto& t = b.grad.defined() ? b.grad : m.params[p.param].second;
@@ -245,6 +277,7 @@ at::Tensor read_tensor(Model& m, int32_t kind, const std::string& name) {
 
 void write_tensor(Model& m, int32_t kind, const std::string& name, const at::Tensor& src) {
   check_kind(kind);
+  if (kind != ORT_KIND_OPTIM) need_full_weights(m, "write tensor " + name);
   forget_listings(m);
   m.weights_version++;
   if (kind == ORT_KIND_WEIGHT) return write_weight(m, name, src);

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ORT_ABI_VERSION 10
+#define ORT_ABI_VERSION 11
 
 /* Return codes. ORT_ERR_TIMEOUT: a process-group rendezvous or collective
  * ran past the group's timeout (ortrain's own deadline, or a backend or
@@ -315,8 +315,19 @@ typedef struct {
  * reduce-scatter after the last micro-batch, steps it and all-gathers the
  * parameters. GRADIENTS (stage 2): as OPTIMIZER, but the gradients are
  * reduce-scattered after every micro-batch, so only the slice is kept
- * between micro-batches. */
-enum { ORT_SHARD_NONE = 0, ORT_SHARD_OPTIMIZER = 1, ORT_SHARD_GRADIENTS = 2 };
+ * between micro-batches. PARAMETERS (stage 3, ABI 11): as GRADIENTS, and
+ * each rank keeps only its slice of the parameters too, cut by unit (the
+ * embedding, each decoder layer, the final norm, the LM head), frozen ones
+ * (LoRA base weights, the reference copy) included. A unit's full tensors
+ * are all-gathered just before it runs and dropped right after; each
+ * layer's backward gathers it again, recomputes it and reduce-scatters its
+ * gradients as soon as it ends. Every rank must run the same forward,
+ * backward and log-prob calls in the same order (they are collectives).
+ * The full tensors are sliced away at the group's first training or
+ * log-prob call, so ort_group_broadcast_trainable still sees them; weights
+ * are then read a unit at a time with ort_group_gather_unit, and sampling
+ * from the model itself is refused. */
+enum { ORT_SHARD_NONE = 0, ORT_SHARD_OPTIMIZER = 1, ORT_SHARD_GRADIENTS = 2, ORT_SHARD_PARAMETERS = 3 };
 
 /* What one ort_group_reduce_grads sent. */
 typedef struct {
@@ -356,6 +367,27 @@ int ort_group_reduce_grads(ort_group *g, ort_model *m, ort_grad_sync *out, const
  * worse than a late one; the group's timeout still bounds it. */
 int ort_group_optimizer_step(ort_group *g, ort_model *m, double lr, ort_shard_step_stats *out, char *err,
                              size_t err_len);
+/* Stage 3: gathers unit (0 .. units-1, in forward order) of m's full
+ * tensors on every rank, so that ort_model_get_tensor reads its weights
+ * (ORT_KIND_WEIGHT, LoRA folded in) and trainable tensors (ORT_KIND_LORA)
+ * until the next call; unit -1 only drops what is staged. Writes the number
+ * of units into units (may be null). A collective: every rank calls it with
+ * the same unit. */
+int ort_group_gather_unit(ort_group *g, ort_model *m, int32_t unit, int32_t *units, const volatile int32_t *cancel,
+                          char *err, size_t err_len);
+
+/* What a rank holds of a sharded model (any stage), in bytes. */
+typedef struct {
+  int64_t param_bytes;          /* parameters this rank keeps (stage 3: its slices, frozen ones included) */
+  int64_t grad_bytes;           /* gradients kept between micro-batches (stages 2-3: the slices) */
+  int64_t optim_bytes;          /* AdamW moments */
+  int64_t gathered_bytes;       /* stage 3: full tensors gathered right now */
+  int64_t peak_gathered_bytes;  /* stage 3: the most gathered at once since the last reset */
+} ort_shard_memory;
+
+/* Reports what m holds; reset_peak restarts peak_gathered_bytes. */
+int ort_model_shard_memory(ort_model *m, int32_t reset_peak, ort_shard_memory *out, char *err, size_t err_len);
+
 /* Reductions of ort_group_allreduce_f64. */
 enum { ORT_REDUCE_SUM = 0, ORT_REDUCE_MIN = 1, ORT_REDUCE_MAX = 2 };
 /* Reduces n doubles element-wise over the group (ORT_REDUCE_*), in place. */
