@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -44,6 +45,8 @@ func TestShardedRunMatchesOneRank(t *testing.T) {
 		{"optimizer", 2, "dapo", false},
 		{"gradients", 4, "grpo", false},
 		{"gradients", 2, "dapo", true},
+		{"parameters", 2, "grpo", false},
+		{"parameters", 4, "dapo", true},
 	} {
 		name := fmt.Sprintf("%s_%dranks_%s_lora=%v", tc.stage, tc.ranks, tc.loss, tc.lora)
 		t.Run(name, func(t *testing.T) {
@@ -55,7 +58,16 @@ func TestShardedRunMatchesOneRank(t *testing.T) {
 			requireSameRunOn(t, dir1, dirP, tc.lora, worlds)
 			requireSameOptimizer(t, dir1, dirP, 3)
 			m := stepMetrics(t, dirP)
-			assert.Positive(t, m[2]["dist/allgather_mib"], "a sharded step all-gathers the parameters")
+			if tc.stage == "parameters" {
+				// The passes gather each layer; the optimizer step gathers nothing.
+				mine, one := lastMemory(t, dirP), lastMemory(t, dir1)
+				assert.Positive(t, mine["memory/peak_gathered_bytes"], "stage 3 reports what it gathered")
+				for _, k := range []string{"memory/params_bytes", "memory/optimizer_bytes"} {
+					assert.InDelta(t, one[k]/float64(tc.ranks), mine[k], 0.01*one[k], "each rank keeps 1/P: %s", k)
+				}
+			} else {
+				assert.Positive(t, m[2]["dist/allgather_mib"], "a sharded step all-gathers the parameters")
+			}
 			staging, err := os.ReadDir(filepath.Join(dirP, "checkpoints", ".optimizer-shards"))
 			if err == nil {
 				assert.Empty(t, staging, "rank 0 removes the slices it merged")
@@ -64,11 +76,29 @@ func TestShardedRunMatchesOneRank(t *testing.T) {
 	}
 }
 
-// TestShardedResumeAcrossWorldSize: a run saved by 4 ranks with stage 2
-// resumes on 2 ranks with stage 1 (and a per-rank batch twice as large, so
-// the global batch is the same), and the three steps match one rank's. A
-// constant learning rate, as the first leg stops at max_steps 2 and the
-// schedule follows max_steps.
+// lastMemory is the memory/* metrics of a run's last step (rank 0's).
+func lastMemory(t *testing.T, runDir string) map[string]float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	require.NoError(t, err)
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	var m map[string]float64
+	require.NoError(t, json.Unmarshal(lines[len(lines)-1], &m))
+	out := map[string]float64{}
+	for k, v := range m {
+		if strings.HasPrefix(k, "memory/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestShardedResumeAcrossWorldSize: a run saved by 4 ranks with stage 2,
+// or with stage 3, resumes on 2 ranks with stage 1 (and a per-rank batch
+// twice as large, so the global batch is the same), and one saved by 2
+// ranks with stage 3 resumes on one rank unsharded; the three steps match
+// one rank's. A constant learning rate, as the first leg stops at
+// max_steps 2 and the schedule follows max_steps.
 func TestShardedResumeAcrossWorldSize(t *testing.T) {
 	f := newDDPFixture(t)
 	write := func(name, dir string, batch, steps int, extra string) string {
@@ -82,18 +112,35 @@ func TestShardedResumeAcrossWorldSize(t *testing.T) {
 	dir1 := filepath.Join(f.work, "one")
 	runOrtrain(t, f.bin, f.lib, "run", "--config", write("one", dir1, 8, 3, ""))
 
-	dir := filepath.Join(f.work, "resized")
-	runOrtrain(t, f.bin, f.lib, "run", "--config", write("resized-4", dir, 2, 2, shardYAML("gradients")), "--nproc-per-node", "4")
-	_, step, err := train.LatestCheckpoint(dir)
-	require.NoError(t, err)
-	require.Equal(t, 2, step)
+	for _, tc := range []struct {
+		first, then   string
+		ranks, ranks2 int
+	}{
+		{"gradients", "optimizer", 4, 2},
+		{"parameters", "optimizer", 4, 2},
+		{"parameters", "none", 2, 1},
+	} {
+		t.Run(fmt.Sprintf("%s_%d_to_%s_%d", tc.first, tc.ranks, tc.then, tc.ranks2), func(t *testing.T) {
+			dir := filepath.Join(f.work, "resized-"+tc.first+strconv.Itoa(tc.ranks))
+			runOrtrain(t, f.bin, f.lib, "run", "--config", write(filepath.Base(dir)+"-a", dir, 8/tc.ranks, 2, shardYAML(tc.first)),
+				"--nproc-per-node", strconv.Itoa(tc.ranks))
+			_, step, err := train.LatestCheckpoint(dir)
+			require.NoError(t, err)
+			require.Equal(t, 2, step)
 
-	// The same run directory, now 2 ranks of 4 rows each (the batch shape
-	// is a recorded change), stage 1, one more step.
-	cfg2 := write("resized-2", dir, 4, 3, shardYAML("optimizer"))
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--resume", "--resume-with-changes", "--nproc-per-node", "2")
-	requireSameRunOn(t, dir1, dir, false, []int{4, 4, 2})
-	requireSameOptimizer(t, dir1, dir, 3)
+			// The same run directory, now fewer ranks with more rows each
+			// (the batch shape is a recorded change), another stage, one
+			// more step.
+			cfg2 := write(filepath.Base(dir)+"-b", dir, 8/tc.ranks2, 3, shardYAML(tc.then))
+			args := []string{"run", "--config", cfg2, "--resume", "--resume-with-changes"}
+			if tc.ranks2 > 1 {
+				args = append(args, "--nproc-per-node", strconv.Itoa(tc.ranks2))
+			}
+			runOrtrain(t, f.bin, f.lib, args...)
+			requireSameRunOn(t, dir1, dir, false, []int{tc.ranks, tc.ranks, tc.ranks2})
+			requireSameOptimizer(t, dir1, dir, 3)
+		})
+	}
 }
 
 // requireSameOptimizer checks that two runs' optimizer files of step hold

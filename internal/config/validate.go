@@ -239,7 +239,7 @@ func (c *Config) validateRuntime() error {
 	case c.Worker.BucketMB < 1:
 		return bad("worker.bucket_mb", c.Worker.BucketMB, "a positive size in MiB such as 25")
 	}
-	if err := oneOf("worker.shard", c.Worker.Shard, "none", "optimizer", "gradients"); err != nil {
+	if err := oneOf("worker.shard", c.Worker.Shard, "none", "optimizer", "gradients", "parameters"); err != nil {
 		return err
 	}
 	return oneOf("worker.dtype", c.Worker.DType, "float32", "bfloat16", "float16")

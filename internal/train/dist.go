@@ -53,6 +53,9 @@ func checkDistributed(cfg *config.Config, w launch.World) error {
 	case cfg.Async.MaxOffPolicySteps > 0:
 		return &config.FieldError{Field: "async.max_off_policy_steps", Value: cfg.Async.MaxOffPolicySteps,
 			Allowed: fmt.Sprintf("0 with more than one rank (this run has %d): async rollouts run on one rank only", w.WorldSize)}
+	case cfg.Worker.Shard == "parameters" && cfg.Engine.Kind == "vllm":
+		return &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard,
+			Allowed: "none, optimizer or gradients with engine.kind vllm: the weight push of parameters sharded over the ranks (ZeRO-3) to vLLM is not built yet; use engine.kind builtin, or worker.shard gradients"}
 	case cfg.Engine.Kind == "vllm" && len(cfg.Engine.VLLMURLs) == 0 && w.LocalWorldSize != w.WorldSize:
 		return &config.FieldError{Field: "engine.vllm_urls", Value: "[]",
 			Allowed: fmt.Sprintf("the replicas every rank samples from, with ranks on several machines (%d ranks, %d here): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read (on one machine, rank 0 launches the replicas itself)", w.WorldSize, w.LocalWorldSize)}
@@ -162,7 +165,7 @@ func noteShardAlone(cfg *config.Config, ro RunOptions) {
 func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *workerPolicy, log zerolog.Logger) (*worker.Group, error) {
 	shard, err := worker.ParseShardStage(cfg.Worker.Shard)
 	if err != nil {
-		return nil, &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard, Allowed: "none, optimizer or gradients"}
+		return nil, &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard, Allowed: "none, optimizer, gradients or parameters"}
 	}
 	if shard != worker.ShardNone && w.Rank == 0 {
 		if err := clearStaging(cfg.OutputDir); err != nil {
@@ -183,7 +186,14 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 		_ = g.Close()
 		return nil, fmt.Errorf("rank %d: broadcast rank 0's weights: %w", w.Rank, err)
 	}
-	if shard != worker.ShardNone {
+	switch shard {
+	case worker.ShardNone:
+	case worker.ShardParameters:
+		p.shards = newOptimizerShards(cfg.OutputDir, g, log)
+		p.params = g
+		log.Info().Str("stage", shard.String()).Int("ranks", w.WorldSize).
+			Msg("parameters sharded (ZeRO-3): this rank keeps its slice of every layer's weights, gradients and AdamW state, and gathers each layer only while it runs")
+	default:
 		p.shards = newOptimizerShards(cfg.OutputDir, g, log)
 		log.Info().Str("stage", shard.String()).Int("ranks", w.WorldSize).
 			Msg("optimizer sharded: this rank keeps the AdamW state of its slice of every gradient bucket")

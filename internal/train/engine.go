@@ -23,7 +23,9 @@ import (
 // engine.vllm_urls) that receive the policy's weights after every step.
 func startEngine(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, ro RunOptions) (engine.Generator, error) {
 	log := ro.Logger.With().Str("component", "engine").Logger()
-	if cfg.Engine.Kind != "vllm" && cfg.Async.MaxOffPolicySteps > 0 {
+	if cfg.Engine.Kind != "vllm" && (cfg.Async.MaxOffPolicySteps > 0 || policy.params != nil) {
+		// With parameters sharded no rank holds the policy whole, so it
+		// samples with a copy too, synced a unit at a time.
 		s, err := newSamplerCopy(ctx, cfg, modelDir, policy, log)
 		if err != nil {
 			return nil, err

@@ -350,7 +350,7 @@ func (l *stepLoop) TrainStep(ctx context.Context) (_ StepMetrics, err error) {
 	}
 	if wp, ok := l.policy.(*workerPolicy); ok && !l.footprintLogged {
 		// Gradients and the AdamW state exist once a step has run.
-		logFootprint(l.log, wp.m, "after the first step")
+		logFootprint(ctx, l.log, wp.m, "after the first step")
 		l.footprintLogged = true
 	}
 	l.step++

@@ -16,9 +16,15 @@ type deviceMemory interface {
 	DeviceMemory(ctx context.Context, resetPeak bool) (worker.DeviceMemory, bool, error)
 }
 
+// shardMemory is a policy that tells what it holds (worker.Model.ShardMemory).
+type shardMemory interface {
+	ShardMemory(ctx context.Context, resetPeak bool) (worker.ShardMemory, error)
+}
+
 // measurePeakMemory starts a new peak of the process's resident memory and,
 // where the policy's device allocator tells one (CUDA), of its allocated
-// bytes; the function it returns stores the peaks since then in m. A peak
+// bytes, and of the bytes a sharded policy gathers; the function it returns
+// stores the peaks since then, and what the policy holds, in m. A peak
 // nobody can tell is left out, never reported as 0.
 func measurePeakMemory(ctx context.Context, p trainPolicy, m *StepMetrics) func() {
 	files := memstat.Self()
@@ -27,6 +33,12 @@ func measurePeakMemory(ctx context.Context, p trainPolicy, m *StepMetrics) func(
 	if dev != nil {
 		if _, ok, err := dev.DeviceMemory(ctx, true); err != nil || !ok {
 			dev = nil
+		}
+	}
+	held, _ := p.(shardMemory)
+	if held != nil {
+		if _, err := held.ShardMemory(ctx, true); err != nil {
+			held = nil
 		}
 	}
 	return func() {
@@ -40,58 +52,30 @@ func measurePeakMemory(ctx context.Context, p trainPolicy, m *StepMetrics) func(
 				m.PeakAllocated = max(m.PeakAllocated, d.PeakAllocated)
 			}
 		}
-	}
-}
-
-// footprint is what a policy holds for training, by kind, in bytes.
-type footprint struct {
-	Params, Grads, Optimizer int64
-}
-
-// tensorLister is the worker model's view of its tensors.
-type tensorLister interface {
-	Tensors(kind worker.TensorKind) ([]worker.TensorInfo, error)
-}
-
-// policyFootprint adds up the worker's tensors: the weights (and LoRA
-// adapters), the gradients and the AdamW state it holds now (the last two
-// are allocated by the first step).
-func policyFootprint(m tensorLister) (footprint, error) {
-	var f footprint
-	sum := func(kind worker.TensorKind) (int64, error) {
-		ts, err := m.Tensors(kind)
-		if err != nil {
-			return 0, err
+		if held != nil {
+			if s, err := held.ShardMemory(context.WithoutCancel(ctx), false); err == nil {
+				s.PeakGatheredBytes = max(s.PeakGatheredBytes, m.ShardMemory.PeakGatheredBytes)
+				m.ShardMemory = s
+			}
 		}
-		return worker.TensorBytes(ts), nil
 	}
-	var err error
-	if f.Params, err = sum(worker.KindWeight); err != nil {
-		return f, err
-	}
-	lora, err := sum(worker.KindLoRA)
-	if err != nil {
-		return f, err
-	}
-	f.Params += lora
-	if f.Grads, err = sum(worker.KindGrad); err != nil {
-		return f, err
-	}
-	if f.Optimizer, err = sum(worker.KindOptim); err != nil {
-		return f, err
-	}
-	return f, nil
 }
 
-// logFootprint reports the policy's memory by kind (each rank its own).
-func logFootprint(log zerolog.Logger, m tensorLister, when string) {
-	f, err := policyFootprint(m)
+// logFootprint reports the policy's memory by kind (each rank its own:
+// with worker.shard, its slices; with parameters sharded, also the most it
+// gathered at once).
+func logFootprint(ctx context.Context, log zerolog.Logger, m shardMemory, when string) {
+	f, err := m.ShardMemory(ctx, false)
 	if err != nil {
 		log.Debug().Err(err).Msg("policy memory")
 		return
 	}
-	log.Info().Str("when", when).Int64("params_bytes", f.Params).Int64("grads_bytes", f.Grads).
-		Int64("optimizer_bytes", f.Optimizer).Msg("policy memory")
+	ev := log.Info().Str("when", when).Int64("params_bytes", f.ParamBytes).Int64("grads_bytes", f.GradBytes).
+		Int64("optimizer_bytes", f.OptimBytes)
+	if f.PeakGatheredBytes > 0 {
+		ev = ev.Int64("peak_gathered_bytes", f.PeakGatheredBytes)
+	}
+	ev.Msg("policy memory")
 }
 
 // addPacking counts the positions the micro-batch's forward pass computes

@@ -4,27 +4,20 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/ortrain/ortrain/internal/model"
 	"github.com/ortrain/ortrain/internal/worker"
 )
 
-type fakeTensors map[worker.TensorKind][]worker.TensorInfo
-
-func (f fakeTensors) Tensors(kind worker.TensorKind) ([]worker.TensorInfo, error) {
-	return f[kind], nil
-}
-
-// TestPolicyFootprint adds the worker's tensors up by kind: weights and
-// LoRA adapters are parameters, then gradients and optimizer state.
-func TestPolicyFootprint(t *testing.T) {
-	f, err := policyFootprint(fakeTensors{
-		worker.KindWeight: {{Name: "w", DType: model.BF16, Shape: []int64{4, 8}}, {Name: "n", DType: model.F32, Shape: []int64{8}}},
-		worker.KindLoRA:   {{Name: "a", DType: model.F32, Shape: []int64{2, 8}}},
-		worker.KindGrad:   {{Name: "a", DType: model.F32, Shape: []int64{2, 8}}},
-		worker.KindOptim:  {{Name: "m", DType: model.F32, Shape: []int64{2, 8}}, {Name: "v", DType: model.F32, Shape: []int64{2, 8}}},
-	})
-	require.NoError(t, err)
-	assert.Equal(t, footprint{Params: 4*8*2 + 8*4 + 16*4, Grads: 16 * 4, Optimizer: 2 * 16 * 4}, f)
+// TestShardMemoryMetrics: what a rank holds is reported under memory/*,
+// the gathered peak only where parameters are sharded (it is 0 elsewhere).
+func TestShardMemoryMetrics(t *testing.T) {
+	m := StepMetrics{ShardMemory: worker.ShardMemory{ParamBytes: 100, GradBytes: 20, OptimBytes: 40}}
+	out := m.Map()
+	assert.Equal(t, 100.0, out["memory/params_bytes"])
+	assert.Equal(t, 20.0, out["memory/grads_bytes"])
+	assert.Equal(t, 40.0, out["memory/optimizer_bytes"])
+	assert.NotContains(t, out, "memory/peak_gathered_bytes")
+	m.ShardMemory.PeakGatheredBytes = 64
+	assert.Equal(t, 64.0, m.Map()["memory/peak_gathered_bytes"])
+	assert.NotContains(t, StepMetrics{}.Map(), "memory/params_bytes", "a policy that cannot tell reports nothing")
 }

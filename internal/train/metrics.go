@@ -48,6 +48,11 @@ type StepMetrics struct {
 	// (CUDA, libtorch 2.10 or later; torch.cuda.max_memory_allocated); 0
 	// where it cannot tell.
 	PeakAllocated int64
+	// ShardMemory is what this rank held of the policy after the step
+	// (parameters, gradients and AdamW state; with worker.shard its
+	// slices) and, with parameters sharded, the most it gathered at once
+	// during the step.
+	ShardMemory worker.ShardMemory
 	// AgentRollouts and PrefixBreaks: rollouts played by a user's agent,
 	// and the history rewrites among them (each one more trained row).
 	AgentRollouts, PrefixBreaks int
@@ -194,6 +199,14 @@ func (m StepMetrics) Map() map[string]float64 {
 	}
 	if m.PeakRSS > 0 {
 		out["memory/peak_rss_bytes"] = float64(m.PeakRSS)
+	}
+	if sm := m.ShardMemory; sm.ParamBytes > 0 {
+		out["memory/params_bytes"] = float64(sm.ParamBytes)
+		out["memory/grads_bytes"] = float64(sm.GradBytes)
+		out["memory/optimizer_bytes"] = float64(sm.OptimBytes)
+		if sm.PeakGatheredBytes > 0 {
+			out["memory/peak_gathered_bytes"] = float64(sm.PeakGatheredBytes)
+		}
 	}
 	if m.AgentRollouts > 0 {
 		out["agent/prefix_breaks"] = float64(m.PrefixBreaks)

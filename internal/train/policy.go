@@ -29,6 +29,10 @@ type workerPolicy struct {
 	// rank holds the whole state, so each saves its slice and rank 0
 	// merges them.
 	shards *optimizerShards
+	// params is the group the parameters are sharded over (worker.shard
+	// parameters): every rank takes part in reading the weights, a unit at
+	// a time, for checkpoints and the sampler.
+	params *worker.Group
 }
 
 func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {
@@ -51,16 +55,16 @@ func (p *workerPolicy) DeviceMemory(ctx context.Context, resetPeak bool) (worker
 	return p.m.DeviceMemory(ctx, resetPeak)
 }
 
+func (p *workerPolicy) ShardMemory(ctx context.Context, resetPeak bool) (worker.ShardMemory, error) {
+	return p.m.ShardMemory(ctx, resetPeak)
+}
+
 // writeCheckpoint writes the weights (or the LoRA adapter) and the optimizer
 // state of step into dir (rank 0; with a sharded optimizer, after every
 // rank's saveShard of the same step).
 func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string, step int) error {
-	if p.lora {
-		if err := p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
-			return fmt.Errorf("save adapter: %w", err)
-		}
-	} else if err := p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir)); err != nil {
-		return fmt.Errorf("save weights: %w", err)
+	if err := p.saveWeights(ctx, dir); err != nil {
+		return err
 	}
 	if p.shards != nil {
 		if err := p.shards.write(ctx, step); err != nil {
@@ -96,7 +100,35 @@ func (p *workerPolicy) saveShard(ctx context.Context, step int) error {
 	if p.shards == nil {
 		return nil
 	}
+	if p.params != nil { // rank 0's save of the weights gathers them from every rank
+		if err := p.saveWeights(ctx, ""); err != nil {
+			return err
+		}
+	}
 	return p.shards.write(ctx, step)
+}
+
+// saveWeights writes the weights (or the LoRA adapter) into checkpoint
+// directory dir; with parameters sharded every rank calls it, a unit at a
+// time, and rank 0 writes.
+func (p *workerPolicy) saveWeights(ctx context.Context, dir string) error {
+	var err error
+	switch {
+	case p.lora && p.params != nil:
+		err = p.params.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir))
+	case p.lora:
+		err = p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir))
+	case p.params != nil:
+		err = p.params.SaveHF(ctx, filepath.Join(dir, ckptModelDir))
+	default:
+		err = p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir))
+	}
+	if err != nil && p.lora {
+		return fmt.Errorf("save adapter: %w", err)
+	} else if err != nil {
+		return fmt.Errorf("save weights: %w", err)
+	}
+	return nil
 }
 
 // restore loads a checkpoint's adapter and optimizer state into the model

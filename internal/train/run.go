@@ -296,7 +296,7 @@ func newRunLoop(cfg *config.Config, plan runPlan, st *stack, w launch.World, log
 			Str("launcher", w.Source).Msg("joined the process group")
 		loop.dist = st.group
 	}
-	logFootprint(log, st.policy.m, "start")
+	logFootprint(context.Background(), log, st.policy.m, "start")
 	if plan.resumeDir == "" {
 		return loop, nil
 	}

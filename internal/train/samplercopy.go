@@ -28,7 +28,11 @@ import (
 type samplerCopy struct {
 	copies []*samplerModel
 	src    *worker.Model
-	kind   worker.TensorKind
+	// sharded is the group the policy's parameters are sharded over
+	// (worker.shard parameters): a sync reads them a unit at a time, with
+	// every rank, into each rank's copy.
+	sharded *worker.Group
+	kind    worker.TensorKind
 	// latest is the copy synced last (requests without a version use it).
 	latest int
 	// Bytes is the size of the weights each sync copies.
@@ -54,7 +58,7 @@ func withSamplerVersion(ctx context.Context, v int) context.Context {
 // newSamplerCopy loads async.sampler_copies copies next to policy and
 // gives them the policy's current weights.
 func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, policy *workerPolicy, log zerolog.Logger) (_ *samplerCopy, err error) {
-	s := &samplerCopy{src: policy.m, kind: worker.KindWeight}
+	s := &samplerCopy{src: policy.m, sharded: policy.params, kind: worker.KindWeight}
 	if policy.lora {
 		s.kind = worker.KindLoRA
 	}
@@ -66,14 +70,22 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 	rss0 := residentBytes()
 	opts := modelOptions(cfg, modelDir, false)
 	opts.Device = policy.device
-	if cfg.Async.SamplerThreads > 0 {
+	switch {
+	case cfg.Async.SamplerThreads > 0:
 		opts.Threads = cfg.Async.SamplerThreads
-	} else {
+	case cfg.Async.MaxOffPolicySteps == 0:
+		// A synchronous run (parameters sharded) samples and trains in
+		// turn: the copy takes the trainer's threads.
+	default:
 		// The copies sample while the policy trains: half the trainer's
 		// threads each keeps a small CPU from being oversubscribed.
 		opts.Threads = max(1, opts.Threads/2)
 	}
-	for i := range max(1, cfg.Async.SamplerCopies) {
+	copies := max(1, cfg.Async.SamplerCopies)
+	if cfg.Async.MaxOffPolicySteps == 0 {
+		copies = 1
+	}
+	for i := range copies {
 		lib, err := worker.Open(policy.libPath)
 		if err != nil {
 			return nil, err
@@ -97,8 +109,12 @@ func newSamplerCopy(ctx context.Context, cfg *config.Config, modelDir string, po
 		}
 	}
 	rss := residentBytes() - rss0
+	msg := "async: sampling with copies of the policy"
+	if s.sharded != nil {
+		msg = "sampling with a whole copy of the policy on this rank: its parameters are sharded (worker.shard parameters), so the builtin engine costs one model's weights per rank"
+	}
 	log.Info().Int("copies", len(s.copies)).Int64("weights_mib", s.Bytes>>20).Int64("rss_added_mib", rss>>20).Int("threads", opts.Threads).
-		Msg("async: sampling with copies of the policy")
+		Msg(msg)
 	return s, nil
 }
 
@@ -143,6 +159,18 @@ func (s *samplerCopy) SyncWeights(ctx context.Context, step int) error {
 // copyWeights copies the policy's trainable weights into c, one tensor at
 // a time.
 func (s *samplerCopy) copyWeights(ctx context.Context, c *samplerModel, step int) error {
+	if s.sharded != nil {
+		var n int64
+		err := s.sharded.ReadSharded(ctx, s.kind, func(t worker.TensorInfo, data []byte) error {
+			n += int64(len(data))
+			return c.m.WriteTensor(s.kind, model.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data})
+		})
+		if err != nil {
+			return fmt.Errorf("sync step %d: %w", step, err)
+		}
+		s.Bytes = n
+		return nil
+	}
 	infos, err := s.src.Tensors(s.kind)
 	if err != nil {
 		return err

@@ -77,7 +77,7 @@ func (r ranks) reduceGrads(ctx context.Context, step int, m *StepMetrics) error 
 }
 
 func (r ranks) microStepDone(ctx context.Context, step int, m *StepMetrics) error {
-	if r.g.Shard() != worker.ShardGradients {
+	if r.g.Shard() < worker.ShardGradients {
 		return nil
 	}
 	return r.reduceGrads(ctx, step, m)
@@ -94,7 +94,7 @@ func (r ranks) optimizerStep(ctx context.Context, p trainPolicy, lr float64, m *
 }
 
 func (r ranks) reduce(ctx context.Context, step int, stats []worker.LossStats, m *StepMetrics) ([]worker.LossStats, error) {
-	if r.g.Shard() != worker.ShardGradients {
+	if r.g.Shard() < worker.ShardGradients {
 		if err := r.reduceGrads(ctx, step, m); err != nil {
 			return nil, err
 		}
