@@ -41,8 +41,9 @@ worker:
 
 // TestSFTDataParallelMatchesOneRank: `sft --nproc-per-node 2` (real
 // processes on Gloo) with 2 rows per rank trains as one rank with 4,
-// unsharded and with the optimizer sharded (ZeRO stage 2), whose checkpoint
-// holds the same whole AdamW state.
+// unsharded, with the optimizer sharded (ZeRO stage 2) and with the
+// parameters sharded (stage 3), whose checkpoints hold the same weights and
+// the same whole AdamW state.
 func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 	f := newDDPFixture(t)
 	data := filepath.Join(f.work, "demos.jsonl")
@@ -57,7 +58,7 @@ func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 	cfg1, dir1 := write("sft-1rank", 4, "")
 	out1 := ortrainStdout(t, f.bin, f.lib, "sft", "--config", cfg1)
 	assert.Equal(t, filepath.Join(dir1, "checkpoints", "step-000003", "model"), out1, "sft prints what run --model takes")
-	for _, shard := range []string{"none", "gradients"} {
+	for _, shard := range []string{"none", "gradients", "parameters"} {
 		t.Run("shard="+shard, func(t *testing.T) {
 			cfg2, dir2 := write("sft-2ranks-"+shard, 2, shardYAML(shard))
 			out2 := ortrainStdout(t, f.bin, f.lib, "sft", "--config", cfg2, "--nproc-per-node", "2")

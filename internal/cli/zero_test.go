@@ -182,42 +182,47 @@ func requireSameOptimizer(t *testing.T, oneDir, otherDir string, step int) {
 }
 
 // TestShardedInterruptSavesTheStep: SIGINT to `run --nproc-per-node 2` with
-// stage 2 sharding. The group is usually broken by then (a rank left in the
+// stage 2 sharding, and with stage 3, whose weights exist only as the
+// ranks' slices. The group is usually broken by then (a rank left in the
 // middle of a step), so no collective runs at save time: each rank writes
 // its optimizer slice and rank 0 merges them into the one checkpoint of the
 // last step every rank completed, which both ranks resume from.
 func TestShardedInterruptSavesTheStep(t *testing.T) {
 	f := newDDPFixture(t)
-	cfg, dir := f.writeConfig(t, "interrupted", "dapo", false, 4, 1000, shardYAML("gradients"))
-	require.NoError(t, os.WriteFile(cfg, bytes.Replace(mustRead(t, cfg), []byte("save_steps: 1"), []byte("save_steps: 0"), 1), 0o644))
-	cmd, done, pids, log := startLauncher(t, f, cfg, dir, 2)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the launcher did not exit within 2 minutes of SIGINT: %s", log)
-	}
-	var exitErr *exec.ExitError
-	require.True(t, errors.As(err, &exitErr), "exit: %v; log: %s", err, log)
-	assert.Equal(t, ExitInterrupted, exitErr.ExitCode(), log.String())
-	assert.False(t, alive(pids[0]) || alive(pids[1]), "a rank outlived the launcher")
-	ckpt, step, err := train.LatestCheckpoint(dir)
-	require.NoError(t, err, log.String())
-	assert.GreaterOrEqual(t, step, 2)
-	meta, tensors, err := model.ReadSafetensors(filepath.Join(ckpt, "optimizer.pt"))
-	require.NoError(t, err)
-	assert.Equal(t, "ortrain-adamw", meta.Metadata["format"])
-	_, weights, err := model.ReadSafetensors(filepath.Join(ckpt, "model", "model.safetensors"))
-	require.NoError(t, err)
-	assert.Len(t, tensors, 2*len(weights)+1, "both moments of every weight, and the step")
-	staging, err := os.ReadDir(filepath.Join(dir, "checkpoints", ".optimizer-shards"))
-	if err == nil {
-		assert.Empty(t, staging, "rank 0 removes the slices it merged")
-	}
+	for _, stage := range []string{"gradients", "parameters"} {
+		t.Run(stage, func(t *testing.T) {
+			cfg, dir := f.writeConfig(t, "interrupted-"+stage, "dapo", false, 4, 1000, shardYAML(stage))
+			require.NoError(t, os.WriteFile(cfg, bytes.Replace(mustRead(t, cfg), []byte("save_steps: 1"), []byte("save_steps: 0"), 1), 0o644))
+			cmd, done, pids, log := startLauncher(t, f, cfg, dir, 2)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the launcher did not exit within 2 minutes of SIGINT: %s", log)
+			}
+			var exitErr *exec.ExitError
+			require.True(t, errors.As(err, &exitErr), "exit: %v; log: %s", err, log)
+			assert.Equal(t, ExitInterrupted, exitErr.ExitCode(), log.String())
+			assert.False(t, alive(pids[0]) || alive(pids[1]), "a rank outlived the launcher")
+			ckpt, step, err := train.LatestCheckpoint(dir)
+			require.NoError(t, err, log.String())
+			assert.GreaterOrEqual(t, step, 2)
+			meta, tensors, err := model.ReadSafetensors(filepath.Join(ckpt, "optimizer.pt"))
+			require.NoError(t, err)
+			assert.Equal(t, "ortrain-adamw", meta.Metadata["format"])
+			_, weights, err := model.ReadSafetensors(filepath.Join(ckpt, "model", "model.safetensors"))
+			require.NoError(t, err)
+			assert.Len(t, tensors, 2*len(weights)+1, "both moments of every weight, and the step")
+			staging, err := os.ReadDir(filepath.Join(dir, "checkpoints", ".optimizer-shards"))
+			if err == nil {
+				assert.Empty(t, staging, "rank 0 removes the slices it merged")
+			}
 
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg, "--resume", "--nproc-per-node", "2", "--max-steps", strconv.Itoa(step+1))
-	_, last, err := train.LatestCheckpoint(dir)
-	require.NoError(t, err)
-	assert.Equal(t, step+1, last)
+			runOrtrain(t, f.bin, f.lib, "run", "--config", cfg, "--resume", "--nproc-per-node", "2", "--max-steps", strconv.Itoa(step+1))
+			_, last, err := train.LatestCheckpoint(dir)
+			require.NoError(t, err)
+			assert.Equal(t, step+1, last)
+		})
+	}
 }

@@ -337,14 +337,6 @@ func F16ToF32(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
 
-// SafetensorsOrder is the order WriteSafetensorsStream writes specs in (and
-// calls its fill function in): widest dtype first, then by name.
-func SafetensorsOrder(specs []TensorSpec) []TensorSpec {
-	order := append([]TensorSpec(nil), specs...)
-	sortSafetensors(order)
-	return order
-}
-
 func sortSafetensors(order []TensorSpec) {
 	sort.SliceStable(order, func(i, j int) bool {
 		if a, b := order[i].DType.Size(), order[j].DType.Size(); a != b {

@@ -81,6 +81,16 @@ type merger interface {
 }
 
 func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst string) error {
+	paths, err := s.await(ctx, step)
+	if err != nil {
+		return err
+	}
+	return m.MergeOptimizerShards(ctx, dst, paths)
+}
+
+// await waits until every rank's slice of step is there and returns their
+// paths in rank order.
+func (s *optimizerShards) await(ctx context.Context, step int) ([]string, error) {
 	paths := make([]string, s.world)
 	start := time.Now()
 	for r := range paths {
@@ -90,7 +100,7 @@ func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst str
 			if _, err := os.Stat(paths[r]); err == nil {
 				break
 			} else if !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("optimizer slice of rank %d: %w", r, err)
+				return nil, fmt.Errorf("optimizer slice of rank %d: %w", r, err)
 			}
 			if !told && s.patience > 0 && time.Since(start) > s.patience {
 				deadline, _ := ctx.Deadline()
@@ -100,12 +110,12 @@ func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst str
 			}
 			select {
 			case <-ctx.Done():
-				return &MissingShardError{Rank: r, Step: step, Path: paths[r]}
+				return nil, &MissingShardError{Rank: r, Step: step, Path: paths[r]}
 			case <-time.After(s.poll):
 			}
 		}
 	}
-	return m.MergeOptimizerShards(ctx, dst, paths)
+	return paths, nil
 }
 
 // published drops the staged slices of step and earlier once its checkpoint

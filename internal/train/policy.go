@@ -63,8 +63,15 @@ func (p *workerPolicy) ShardMemory(ctx context.Context, resetPeak bool) (worker.
 // state of step into dir (rank 0; with a sharded optimizer, after every
 // rank's saveShard of the same step).
 func (p *workerPolicy) writeCheckpoint(ctx context.Context, dir string, step int) error {
-	if err := p.saveWeights(ctx, dir); err != nil {
-		return err
+	if p.params != nil {
+		return p.writeShardedCheckpoint(ctx, dir, step)
+	}
+	if p.lora {
+		if err := p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir)); err != nil {
+			return fmt.Errorf("save adapter: %w", err)
+		}
+	} else if err := p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir)); err != nil {
+		return fmt.Errorf("save weights: %w", err)
 	}
 	if p.shards != nil {
 		if err := p.shards.write(ctx, step); err != nil {
@@ -100,33 +107,31 @@ func (p *workerPolicy) saveShard(ctx context.Context, step int) error {
 	if p.shards == nil {
 		return nil
 	}
-	if p.params != nil { // rank 0's save of the weights gathers them from every rank
-		if err := p.saveWeights(ctx, ""); err != nil {
-			return err
-		}
-	}
 	return p.shards.write(ctx, step)
 }
 
-// saveWeights writes the weights (or the LoRA adapter) into checkpoint
-// directory dir; with parameters sharded every rank calls it, a unit at a
-// time, and rank 0 writes.
-func (p *workerPolicy) saveWeights(ctx context.Context, dir string) error {
-	var err error
-	switch {
-	case p.lora && p.params != nil:
-		err = p.params.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir))
-	case p.lora:
-		err = p.m.SavePEFT(ctx, filepath.Join(dir, ckptAdapterDir))
-	case p.params != nil:
-		err = p.params.SaveHF(ctx, filepath.Join(dir, ckptModelDir))
-	default:
-		err = p.m.SaveHF(ctx, filepath.Join(dir, ckptModelDir))
+// writeShardedCheckpoint is rank 0's checkpoint when the parameters are
+// sharded (worker.shard parameters): every rank's file holds its slice of
+// the parameters next to its AdamW state, so the weights are merged from
+// the files as the optimizer is, with no collective (the group may be
+// broken by an interrupt) and one tensor whole at a time.
+func (p *workerPolicy) writeShardedCheckpoint(ctx context.Context, dir string, step int) error {
+	if err := p.shards.write(ctx, step); err != nil {
+		return fmt.Errorf("save parameters and optimizer: %w", err)
 	}
-	if err != nil && p.lora {
-		return fmt.Errorf("save adapter: %w", err)
-	} else if err != nil {
+	paths, err := p.shards.await(ctx, step)
+	if err != nil {
+		return fmt.Errorf("save parameters and optimizer: %w", err)
+	}
+	if p.lora {
+		if err := p.m.SavePEFTFromShards(ctx, filepath.Join(dir, ckptAdapterDir), paths); err != nil {
+			return fmt.Errorf("save adapter: %w", err)
+		}
+	} else if err := p.m.SaveHFFromShards(ctx, filepath.Join(dir, ckptModelDir), paths); err != nil {
 		return fmt.Errorf("save weights: %w", err)
+	}
+	if err := p.m.MergeOptimizerShards(ctx, filepath.Join(dir, ckptOptimizer), paths); err != nil {
+		return fmt.Errorf("save optimizer: %w", err)
 	}
 	return nil
 }

@@ -106,6 +106,49 @@ func (m *Model) savePEFT(ctx context.Context, dir string, read tensorReader) err
 	})
 }
 
+// SaveHFFromShards writes, as SaveHF does, the full weights of a model
+// whose parameters were sharded (ShardParameters), taken from every rank's
+// optimizer shard file of the same step (shards[r] is rank r's; at stage 3
+// SaveOptimizerShard writes the rank's slice of each parameter next to its
+// AdamW state). It needs no collective, so a checkpoint survives a broken
+// group, and holds one tensor whole at a time.
+func (m *Model) SaveHFFromShards(ctx context.Context, dir string, shards []string) error {
+	return m.saveFromShards(ctx, KindWeight, shards, func(read tensorReader) error { return m.saveHF(ctx, dir, read) })
+}
+
+// SavePEFTFromShards is SaveHFFromShards for the LoRA adapter (SavePEFT).
+func (m *Model) SavePEFTFromShards(ctx context.Context, dir string, shards []string) error {
+	return m.saveFromShards(ctx, KindLoRA, shards, func(read tensorReader) error { return m.savePEFT(ctx, dir, read) })
+}
+
+// tiedHeadPEFT is the PEFT name of a tied model's trained LM head, which
+// is the embedding's copy under a second name.
+const tiedHeadPEFT = "base_model.model.lm_head.weight"
+
+func (m *Model) saveFromShards(ctx context.Context, kind TensorKind, shards []string, write func(tensorReader) error) error {
+	unlock, err := m.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	params, err := m.tensors(kind, maxTensorName, maxTensorDims)
+	if err != nil {
+		return err
+	}
+	sp, err := openShardedParams(shards, params)
+	if err != nil {
+		return fmt.Errorf("save from the ranks' shards: %w", err)
+	}
+	defer sp.close()
+	return write(func(_ TensorKind, t TensorInfo) ([]byte, error) {
+		holder := t.Name
+		if t.Name == tiedHeadPEFT && m.cfg.TieWordEmbeddings {
+			holder = "base_model.model.model.embed_tokens.weight"
+		}
+		return sp.read(t.Name, holder)
+	})
+}
+
 // peftModulesToSave is adapter_config.json's modules_to_save: null when
 // none, as PEFT writes it. A tied model's embedding and lm_head are one
 // trained matrix, stored under both names, so both are listed: PEFT then

@@ -216,7 +216,7 @@ func TestDistRankProcess(t *testing.T) {
 		_, err = g.AllGather(ctx, nil)
 		require.NoError(t, err)
 		if job.Shard == ShardParameters {
-			_, err := stage3Checks(ctx, m, g, job.Opts.LoRA || job.Opts.Reference, "")
+			_, err := stage3Checks(ctx, m, g, job.Opts.LoRA || job.Opts.Reference)
 			require.NoError(t, err)
 		}
 		if job.ShardFile != "" {

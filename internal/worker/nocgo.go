@@ -253,9 +253,3 @@ func (g *Group) ReadSharded(ctx context.Context, kind TensorKind, fn func(Tensor
 func (m *Model) ShardMemory(ctx context.Context, resetPeak bool) (ShardMemory, error) {
 	return ShardMemory{}, noCGO("shard memory")
 }
-
-// SaveHF needs cgo.
-func (g *Group) SaveHF(ctx context.Context, dir string) error { return noCGO("save weights") }
-
-// SavePEFT needs cgo.
-func (g *Group) SavePEFT(ctx context.Context, dir string) error { return noCGO("save adapter") }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -33,6 +34,11 @@ const (
 )
 
 var optimizerKinds = [2]string{optimizerExpAvg, optimizerExpAvgSq}
+
+// optimizerParam is the prefix of a stage-3 shard's parameter pieces
+// ("param.PARAM@OFF"): the rank's slice of the parameter itself, so a
+// checkpoint's weights are merged from the files as its AdamW state is.
+const optimizerParam = "param"
 
 // optimizerStepName is the I64 [1] step counter, the same on every rank.
 const optimizerStepName = "step"
@@ -67,6 +73,8 @@ func optimizerShardPiece(name string) (kind, param string, off int64, ok bool) {
 		kind, param = optimizerExpAvgSq, head[len(optimizerExpAvgSq)+1:]
 	case strings.HasPrefix(head, optimizerExpAvg+"."):
 		kind, param = optimizerExpAvg, head[len(optimizerExpAvg)+1:]
+	case strings.HasPrefix(head, optimizerParam+"."):
+		kind, param = optimizerParam, head[len(optimizerParam)+1:]
 	default:
 		return "", "", 0, false
 	}
@@ -100,7 +108,7 @@ func (p shardPiece) String() string {
 type shardParam struct {
 	info   TensorInfo
 	numel  int64
-	pieces [2][]shardPiece // indexed like optimizerKinds
+	pieces [3][]shardPiece // indexed like optimizerKinds, then the parameter's own (stage 3)
 }
 
 func (s *shardParam) hasState() bool { return len(s.pieces[0])+len(s.pieces[1]) > 0 }
@@ -116,46 +124,9 @@ func MergeOptimizerShards(dst string, shards []string, params []TensorInfo) erro
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("merge optimizer shards into %s: %w", dst, fmt.Errorf(format, args...))
 	}
-	if len(shards) == 0 {
-		return fail("no shard files")
-	}
-	byName, order, err := indexShardParams(params)
+	_, order, step, err := indexShards(shards, params)
 	if err != nil {
 		return fail("%w", err)
-	}
-	var step []byte
-	stepFile := ""
-	rankFile := map[int]string{}
-	for i, path := range shards {
-		h, err := model.ReadSafetensorsHeader(path)
-		if err != nil {
-			return fail("%w", err)
-		}
-		if err := checkShardMetadata(h.Metadata, i, len(shards), rankFile, path); err != nil {
-			return fail("%s: %w", path, err)
-		}
-		sawStep := false
-		for _, t := range h.Tensors {
-			if t.Name == optimizerStepName {
-				s, err := readShardStep(path, h, t)
-				if err != nil {
-					return fail("%s: %w", path, err)
-				}
-				if step == nil {
-					step, stepFile = s, path
-				} else if string(s) != string(step) {
-					return fail("step %d in %s differs from step %d in %s", stepValue(s), path, stepValue(step), stepFile)
-				}
-				sawStep = true
-				continue
-			}
-			if err := addShardPiece(byName, path, h, t); err != nil {
-				return fail("%s: %w", path, err)
-			}
-		}
-		if !sawStep {
-			return fail("%s: no %q tensor", path, optimizerStepName)
-		}
 	}
 	// The writer lays tensors out in its canonical order, the same for
 	// SaveOptimizer, so the merged file matches an unsharded one byte for byte.
@@ -198,6 +169,97 @@ func MergeOptimizerShards(dst string, shards []string, params []TensorInfo) erro
 	}
 	return nil
 }
+
+// indexShards reads every shard file's header, checks its metadata and
+// step, and indexes its pieces by parameter.
+func indexShards(shards []string, params []TensorInfo) (map[string]*shardParam, []*shardParam, []byte, error) {
+	fail := func(format string, args ...any) (map[string]*shardParam, []*shardParam, []byte, error) {
+		return nil, nil, nil, fmt.Errorf(format, args...)
+	}
+	if len(shards) == 0 {
+		return fail("no shard files")
+	}
+	byName, order, err := indexShardParams(params)
+	if err != nil {
+		return fail("%w", err)
+	}
+	var step []byte
+	stepFile := ""
+	rankFile := map[int]string{}
+	for i, path := range shards {
+		h, err := model.ReadSafetensorsHeader(path)
+		if err != nil {
+			return fail("%w", err)
+		}
+		if err := checkShardMetadata(h.Metadata, i, len(shards), rankFile, path); err != nil {
+			return fail("%s: %w", path, err)
+		}
+		sawStep := false
+		for _, t := range h.Tensors {
+			if t.Name == optimizerStepName {
+				s, err := readShardStep(path, h, t)
+				if err != nil {
+					return fail("%s: %w", path, err)
+				}
+				if step == nil {
+					step, stepFile = s, path
+				} else if string(s) != string(step) {
+					return fail("step %d in %s differs from step %d in %s", stepValue(s), path, stepValue(step), stepFile)
+				}
+				sawStep = true
+				continue
+			}
+			if err := addShardPiece(byName, path, h, t); err != nil {
+				return fail("%s: %w", path, err)
+			}
+		}
+		if !sawStep {
+			return fail("%s: no %q tensor", path, optimizerStepName)
+		}
+	}
+	return byName, order, step, nil
+}
+
+// shardedParams reads a stage-3 run's parameters from every rank's shard
+// file (their "param." pieces), one tensor at a time: the checkpoint's
+// weights without a collective and without the whole model in memory.
+type shardedParams struct {
+	byName map[string]*shardParam
+	cp     pieceCopier
+}
+
+func openShardedParams(shards []string, params []TensorInfo) (*shardedParams, error) {
+	byName, _, _, err := indexShards(shards, params)
+	if err != nil {
+		return nil, err
+	}
+	return &shardedParams{byName: byName}, nil
+}
+
+// read returns the whole tensor name (the name of another parameter whose
+// pieces hold it, for an alias such as a tied LM head).
+func (s *shardedParams) read(name, holder string) ([]byte, error) {
+	p := s.byName[holder]
+	if p == nil {
+		return nil, fmt.Errorf("%s: no such parameter in the shards", holder)
+	}
+	if len(p.pieces[2]) == 0 {
+		return nil, fmt.Errorf("%s: the shard files hold no %s pieces of it (written by a stage-3 group?)", name, optimizerParam)
+	}
+	if err := checkPieceTiling(p, 2, optimizerParam); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(p.numel) * p.info.DType.Size())
+	for _, piece := range p.pieces[2] {
+		if err := s.cp.copy(&buf, piece); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+func (s *shardedParams) close() { s.cp.close() }
 
 // indexShardParams checks the trainable tensors and indexes them by name,
 // keeping their order for the output.
@@ -288,8 +350,11 @@ func addShardPiece(byName map[string]*shardParam, path string, h *model.Safetens
 		return fmt.Errorf("piece %q: elements [%d, %d) run past the %d elements of parameter %q", t.Name, off, off+n, p.numel, param)
 	}
 	k := 0
-	if kind == optimizerExpAvgSq {
+	switch kind {
+	case optimizerExpAvgSq:
 		k = 1
+	case optimizerParam:
+		k = 2
 	}
 	p.pieces[k] = append(p.pieces[k], shardPiece{file: path, h: h, t: t, off: off, n: n})
 	return nil
@@ -302,27 +367,36 @@ func checkShardCoverage(p *shardParam) error {
 		if len(p.pieces[k]) == 0 {
 			return fmt.Errorf("parameter %q has %s pieces but no %s pieces", p.info.Name, optimizerKinds[1-k], kind)
 		}
-		pieces := p.pieces[k]
-		sort.SliceStable(pieces, func(i, j int) bool {
-			return pieces[i].off < pieces[j].off || (pieces[i].off == pieces[j].off && pieces[i].n < pieces[j].n)
-		})
-		next := int64(0)
-		var last shardPiece
-		for _, piece := range pieces {
-			if piece.n == 0 {
-				continue // holds nothing, overlaps nothing
-			}
-			if piece.off < next {
-				return fmt.Errorf("parameter %q: %s pieces overlap: %s and %s", p.info.Name, kind, last, piece)
-			}
-			if piece.off > next {
-				return fmt.Errorf("parameter %q: %s is missing elements [%d, %d) of %d", p.info.Name, kind, next, piece.off, p.numel)
-			}
-			next, last = piece.off+piece.n, piece
+		if err := checkPieceTiling(p, k, kind); err != nil {
+			return err
 		}
-		if next < p.numel {
-			return fmt.Errorf("parameter %q: %s is missing elements [%d, %d) of %d", p.info.Name, kind, next, p.numel, p.numel)
+	}
+	return nil
+}
+
+// checkPieceTiling sorts a parameter's pieces of kind k by offset and
+// checks that they tile it exactly: no overlap, no gap.
+func checkPieceTiling(p *shardParam, k int, kind string) error {
+	pieces := p.pieces[k]
+	sort.SliceStable(pieces, func(i, j int) bool {
+		return pieces[i].off < pieces[j].off || (pieces[i].off == pieces[j].off && pieces[i].n < pieces[j].n)
+	})
+	next := int64(0)
+	var last shardPiece
+	for _, piece := range pieces {
+		if piece.n == 0 {
+			continue // holds nothing, overlaps nothing
 		}
+		if piece.off < next {
+			return fmt.Errorf("parameter %q: %s pieces overlap: %s and %s", p.info.Name, kind, last, piece)
+		}
+		if piece.off > next {
+			return fmt.Errorf("parameter %q: %s is missing elements [%d, %d) of %d", p.info.Name, kind, next, piece.off, p.numel)
+		}
+		next, last = piece.off+piece.n, piece
+	}
+	if next < p.numel {
+		return fmt.Errorf("parameter %q: %s is missing elements [%d, %d) of %d", p.info.Name, kind, next, p.numel, p.numel)
 	}
 	return nil
 }

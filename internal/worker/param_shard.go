@@ -10,8 +10,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-
-	"github.com/ortrain/ortrain/internal/model"
 )
 
 // GatherUnit gathers unit (0 .. units-1, in forward order: the embedding,
@@ -114,60 +112,4 @@ func (m *Model) ShardMemory(ctx context.Context, resetPeak bool) (ShardMemory, e
 		ParamBytes: int64(out.param_bytes), GradBytes: int64(out.grad_bytes), OptimBytes: int64(out.optim_bytes),
 		GatheredBytes: int64(out.gathered_bytes), PeakGatheredBytes: int64(out.peak_gathered_bytes),
 	}, nil
-}
-
-// SaveHF writes a ShardParameters model's full weights as Model.SaveHF
-// does, a unit at a time: every rank calls it (the gathers are
-// collectives), rank 0 writes dir, and no rank holds more than one unit
-// whole. Other stages: rank 0 calls Model.SaveHF alone.
-func (g *Group) SaveHF(ctx context.Context, dir string) error {
-	return g.saveSharded(ctx, KindWeight, func(read tensorReader) error { return g.m.saveHF(ctx, dir, read) })
-}
-
-// SavePEFT is SaveHF for the LoRA adapter (Model.SavePEFT).
-func (g *Group) SavePEFT(ctx context.Context, dir string) error {
-	return g.saveSharded(ctx, KindLoRA, func(read tensorReader) error { return g.m.savePEFT(ctx, dir, read) })
-}
-
-func (g *Group) saveSharded(ctx context.Context, kind TensorKind, write func(tensorReader) error) error {
-	if g.opts.Shard != ShardParameters {
-		return fmt.Errorf("save: the group's stage is %s, not parameters: rank 0 saves the model it holds whole", g.opts.Shard)
-	}
-	unlock, err := g.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cfg := g.m.Config()
-	staged := -1
-	read := func(kind TensorKind, t TensorInfo) ([]byte, error) {
-		if u := ShardUnitOf(t.Name, cfg.NumHiddenLayers, cfg.TieWordEmbeddings); u != staged {
-			if _, err := g.gatherUnit(ctx, u); err != nil {
-				return nil, err
-			}
-			staged = u
-		}
-		return g.m.readTensor(kind, t)
-	}
-	defer func() { _, _ = g.gatherUnit(ctx, -1) }()
-	if g.opts.Rank == 0 {
-		return write(read)
-	}
-	// The other ranks gather the units in the order rank 0's writer reads them.
-	infos, err := g.m.tensors(kind, maxTensorName, maxTensorDims)
-	if err != nil {
-		return err
-	}
-	specs := make([]model.TensorSpec, len(infos))
-	byName := map[string]TensorInfo{}
-	for i, t := range infos {
-		specs[i] = model.TensorSpec{Name: t.Name, DType: t.DType, Shape: t.Shape}
-		byName[t.Name] = t
-	}
-	for _, s := range model.SafetensorsOrder(specs) {
-		if _, err := read(kind, byName[s.Name]); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -438,6 +438,9 @@ void finish_sharded_pass(ShardedPass& p, bool trained);
 // names it) once stage 3 has sliced it.
 void need_full_weights(const Model& m, const std::string& what);
 ort_shard_memory shard_memory(Model& m, bool reset_peak);
+// shard_param_piece is this rank's piece p of bucket b's parameters (its
+// slice once sliced, else the tensor itself).
+at::Tensor shard_param_piece(Model& m, const ShardBucket& b, const ShardPiece& p);
 void unbind_param_model(Model& m);  // ort_model_free: the group forgets it
 
 // sample.cpp

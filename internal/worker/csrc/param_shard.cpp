@@ -660,6 +660,11 @@ void gather_unit(Group& g, Model& m, int32_t u, int32_t* units, const volatile i
   p.clean = true;
 }
 
+at::Tensor shard_param_piece(Model& m, const ShardBucket& b, const ShardPiece& p) {
+  if (m.shard.sliced) return b.data.narrow(0, p.slice_off, p.len);
+  return m.params[p.param].second.detach().reshape({-1}).narrow(0, p.param_off, p.len);
+}
+
 ort_shard_memory shard_memory(Model& m, bool reset_peak) {
   ort_shard_memory out{};
   auto& sh = m.shard;

@@ -127,6 +127,10 @@ at::Tensor find_tensor(Model& m, int32_t kind, const std::string& name) {
       if (state != nullptr && find_shard_piece(m, stem, &b, &p) && m.shard.has_state[p->param] && b->exp_avg.defined()) {
         return (state == &m.exp_avg ? b->exp_avg : b->exp_avg_sq).narrow(0, p->slice_off, p->len);
       }
+      if (state == nullptr && name.rfind("param.", 0) == 0 && params_sharded(m) &&
+          find_shard_piece(m, name.substr(6), &b, &p)) {  // stage 3: this rank's slice of the parameter itself
+        return shard_param_piece(m, *b, *p);
+      }
       if (state == nullptr || m.param_index.count(stem) == 0) break;
       auto it = state->find(stem);
       if (it != state->end()) return it->second;
@@ -194,6 +198,11 @@ std::vector<TensorMeta> build_listing(Model& m, int32_t kind) {
             if (!m.shard.has_state[p.param]) continue;
             add("exp_avg." + shard_piece_name(m, p), b.exp_avg.narrow(0, p.slice_off, p.len));
             add("exp_avg_sq." + shard_piece_name(m, p), b.exp_avg_sq.narrow(0, p.slice_off, p.len));
+          }
+        }
+        if (params_sharded(m)) {  // stage 3: the parameters' slices too, so a checkpoint needs no collective
+          for (const auto& b : m.shard.buckets) {
+            for (const auto& p : b.pieces) add("param." + shard_piece_name(m, p), shard_param_piece(m, b, p));
           }
         }
         break;

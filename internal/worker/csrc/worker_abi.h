@@ -35,7 +35,8 @@ enum {
   ORT_KIND_WEIGHT = 0, /* HF names; get returns LoRA-merged weights */
   ORT_KIND_LORA = 1,   /* PEFT names (base_model.model.<module>.lora_A.weight;
                           base_model.model.<HF name> for modules_to_save) */
-  ORT_KIND_OPTIM = 2,  /* "exp_avg.<name>", "exp_avg_sq.<name>", "step" */
+  ORT_KIND_OPTIM = 2,  /* "exp_avg.<name>", "exp_avg_sq.<name>", "step"; sharded: pieces "<...>@<offset>", and at
+                          stage 3 "param.<name>@<offset>", the rank's slice of the parameter itself */
   ORT_KIND_GRAD = 3    /* gradient of a trainable tensor, by its weight/LoRA name (get only) */
 };
 
