@@ -456,28 +456,49 @@ func mustRead(t *testing.T, path string) []byte {
 // that rank 0 launches (engine.vllm_command) and the other rank learns of
 // through the process group. Rank 0 alone pushes each step's weights, the
 // other rank follows, and the rewards match one rank on the builtin engine
-// with the global batch.
+// with the global batch. With the parameters sharded (ZeRO-3) no rank holds
+// the weights whole: both ranks leave their slices, rank 0 pushes what it
+// merges from them, and both take part in the check's log-prob pass.
 func TestDataParallelSharesReplicas(t *testing.T) {
 	f := newDDPFixture(t)
-	cfg1, dir1 := f.writeConfig(t, "builtin", "dapo", false, 8, 3)
-	runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
-	one := stepMetrics(t, dir1)
+	baseline := map[bool][]map[string]float64{}
+	oneRank := func(lora bool) []map[string]float64 {
+		if baseline[lora] == nil {
+			cfg1, dir1 := f.writeConfig(t, fmt.Sprintf("builtin-lora=%v", lora), "dapo", lora, 8, 3)
+			runOrtrain(t, f.bin, f.lib, "run", "--config", cfg1)
+			baseline[lora] = stepMetrics(t, dir1)
+		}
+		return baseline[lora]
+	}
 
+	urls := func(t *testing.T) string {
+		return "engine:\n  kind: vllm\n  vllm_urls: [" + startServeEngine(t, f) + "]\n  vllm_sync_dir: " + filepath.Join(f.work, "sync-"+t.Name()[strings.LastIndex(t.Name(), "/")+1:]) + "\n"
+	}
+	launched := func(*testing.T) string {
+		return "engine:\n  kind: vllm\n  vllm_replicas: 1\n  vllm_command: [ortrain, serve-engine, --threads, \"1\"]\n"
+	}
 	tests := []struct {
 		name   string
 		engine func(t *testing.T) string // the engine section
 		rank1  string                    // what rank 1 logs about its replicas, if anything
+		shard  string
+		lora   bool
 	}{
-		{"vllm_urls", func(t *testing.T) string {
-			return "engine:\n  kind: vllm\n  vllm_urls: [" + startServeEngine(t, f) + "]\n  vllm_sync_dir: " + filepath.Join(f.work, "sync") + "\n"
-		}, ""},
-		{"launched by rank 0", func(*testing.T) string {
-			return "engine:\n  kind: vllm\n  vllm_replicas: 1\n  vllm_command: [ortrain, serve-engine, --threads, \"1\"]\n"
-		}, "sampling from the replicas rank 0 launched"},
+		{"vllm_urls", urls, "", "", false},
+		{"launched by rank 0", launched, "sampling from the replicas rank 0 launched", "", false},
+		{"vllm_urls parameters sharded", urls, "", "parameters", false},
+		{"launched by rank 0 parameters sharded", launched, "sampling from the replicas rank 0 launched", "parameters", false},
+		{"launched by rank 0 parameters sharded lora", launched, "", "parameters", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg2, dir2 := f.writeConfig(t, strings.ReplaceAll(tc.name, " ", "-"), "dapo", false, 4, 3, tc.engine(t))
+			var extra []string
+			if tc.shard != "" {
+				extra = append(extra, shardYAML(tc.shard)) // the worker section ends the base config
+			}
+			extra = append(extra, tc.engine(t))
+			cfg2, dir2 := f.writeConfig(t, strings.ReplaceAll(tc.name, " ", "-"), "dapo", tc.lora, 4, 3, extra...)
+			one := oneRank(tc.lora)
 			runOrtrain(t, f.bin, f.lib, "run", "--config", cfg2, "--nproc-per-node", "2", "--log-format", "json")
 
 			two := stepMetrics(t, dir2)
@@ -492,6 +513,12 @@ func TestDataParallelSharesReplicas(t *testing.T) {
 			}
 			assert.Equal(t, 3, strings.Count(logOf(0), "synced weights to vLLM"), "rank 0 pushes every step's weights")
 			assert.NotContains(t, logOf(1), "synced weights to vLLM", "rank 1 follows without pushing")
+			if tc.shard != "" {
+				assert.Equal(t, 3, strings.Count(logOf(0), `"probe_logp_difference":`), "every push of the sharded weights is checked")
+				slices, err := os.ReadDir(filepath.Join(dir2, "weight-sync-slices"))
+				require.NoError(t, err)
+				assert.Len(t, slices, 1, "only the last push's slices stay")
+			}
 			if tc.rank1 != "" {
 				assert.Contains(t, logOf(1), tc.rank1)
 			}

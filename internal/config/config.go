@@ -342,8 +342,11 @@ type WorkerConfig struct {
 	// (DeepSpeed's ZeRO stages): "none" (every rank holds all gradients
 	// and AdamW state), "optimizer" (stage 1: each rank keeps the AdamW
 	// state of its 1/P slice of every bucket), "gradients" (stage 2: and
-	// only its slice of the gradients between micro-batches). Checkpoints
-	// stay in the unsharded format, so any world size resumes them.
+	// only its slice of the gradients between micro-batches), "parameters"
+	// (stage 3: and only its slice of every layer's weights, gathered while
+	// the layer runs; the builtin engine then samples from a whole copy per
+	// rank). Checkpoints stay in the unsharded format, so any world size and
+	// stage resumes them.
 	Shard string `mapstructure:"shard"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"github.com/ortrain/ortrain/internal/curriculum"
 	"strings"
 	"time"
@@ -53,9 +54,6 @@ func checkDistributed(cfg *config.Config, w launch.World) error {
 	case cfg.Async.MaxOffPolicySteps > 0:
 		return &config.FieldError{Field: "async.max_off_policy_steps", Value: cfg.Async.MaxOffPolicySteps,
 			Allowed: fmt.Sprintf("0 with more than one rank (this run has %d): async rollouts run on one rank only", w.WorldSize)}
-	case cfg.Worker.Shard == "parameters" && cfg.Engine.Kind == "vllm":
-		return &config.FieldError{Field: "worker.shard", Value: cfg.Worker.Shard,
-			Allowed: "none, optimizer or gradients with engine.kind vllm: the weight push of parameters sharded over the ranks (ZeRO-3) to vLLM is not built yet; use engine.kind builtin, or worker.shard gradients"}
 	case cfg.Engine.Kind == "vllm" && len(cfg.Engine.VLLMURLs) == 0 && w.LocalWorldSize != w.WorldSize:
 		return &config.FieldError{Field: "engine.vllm_urls", Value: "[]",
 			Allowed: fmt.Sprintf("the replicas every rank samples from, with ranks on several machines (%d ranks, %d here): start them with `ortrain serve-vllm` or `vllm serve` and list their URLs; rank 0 pushes each step's weights through engine.vllm_sync_dir, which the replicas must read (on one machine, rank 0 launches the replicas itself)", w.WorldSize, w.LocalWorldSize)}
@@ -81,17 +79,37 @@ func startRankEngine(ctx context.Context, cfg *config.Config, modelDir string, p
 		return nil, err
 	}
 	st.group = g
-	if cfg.Engine.Kind != "vllm" || len(cfg.Engine.VLLMURLs) > 0 {
+	if cfg.Engine.Kind != "vllm" {
 		return startEngine(ctx, cfg, modelDir, p, ro)
 	}
 	var mine replicaAddress
 	var gen engine.Generator
-	if ro.rank0() {
+	// Rank 0 launches or reaches the replicas and pushes the first weights.
+	start0 := func() error {
 		v, key, err := startVLLM(ctx, cfg, modelDir, p, ro, ro.Logger.With().Str("component", "engine").Logger())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		gen, mine = v, replicaAddress{URLs: v.URLs(), APIKey: key}
+		return nil
+	}
+	switch {
+	case p.paramSync != nil: // parameters sharded: every rank takes part in the push
+		err = sharedPush(ctx, p.paramSync, scoreService{g: g, policy: p}, start0)
+	case ro.rank0():
+		err = start0()
+	}
+	if err != nil {
+		if gen != nil {
+			_ = gen.Close()
+		}
+		return nil, err
+	}
+	if len(cfg.Engine.VLLMURLs) > 0 {
+		if ro.rank0() {
+			return gen, nil
+		}
+		return startEngine(ctx, cfg, modelDir, p, ro) // follows rank 0's pushes
 	}
 	all, err := gatherGob(ctx, g, mine)
 	if err != nil {
@@ -171,6 +189,9 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 		if err := clearStaging(cfg.OutputDir); err != nil {
 			return nil, err
 		}
+		if err := os.RemoveAll(paramSyncDir(cfg.OutputDir)); err != nil {
+			return nil, fmt.Errorf("clear earlier parameter slices: %w", err)
+		}
 	}
 	g, err := p.m.JoinGroup(ctx, worker.DistOptions{
 		Addr: w.MasterAddr, Port: w.MasterPort, Rank: w.Rank, WorldSize: w.WorldSize,
@@ -191,6 +212,9 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 	case worker.ShardParameters:
 		p.shards = newOptimizerShards(cfg.OutputDir, g, log)
 		p.params = g
+		if cfg.Engine.Kind == "vllm" {
+			p.paramSync = newParamSync(cfg.OutputDir, g, p, log)
+		}
 		log.Info().Str("stage", shard.String()).Int("ranks", w.WorldSize).
 			Msg("parameters sharded (ZeRO-3): this rank keeps its slice of every layer's weights, gradients and AdamW state, and gathers each layer only while it runs")
 	default:
@@ -206,6 +230,14 @@ func joinGroup(ctx context.Context, cfg *config.Config, w launch.World, p *worke
 // rank waits for it, then the others move to the version it pushed.
 func (l *stepLoop) syncWeights(ctx context.Context) error {
 	if l.dist == nil || !l.cfg.SharedEngine {
+		return l.gen.SyncWeights(ctx, l.step)
+	}
+	if wp, ok := l.policy.(*workerPolicy); ok && wp.paramSync != nil {
+		// Parameters sharded: every rank takes part in rank 0's push.
+		err := sharedPush(ctx, wp.paramSync, scoreService{g: l.dist, policy: l.policy}, func() error { return l.gen.SyncWeights(ctx, l.step) })
+		if err != nil || l.dist.Rank() == 0 {
+			return err
+		}
 		return l.gen.SyncWeights(ctx, l.step)
 	}
 	if l.dist.Rank() == 0 {

@@ -49,12 +49,25 @@ func startVLLM(ctx context.Context, cfg *config.Config, modelDir string, policy 
 	if cfg.GRPO.LoRA.Enabled {
 		export = policy.m.SavePEFT
 	}
+	score := func(ctx context.Context, row grpo.Row) ([]float32, error) {
+		lp, err := policy.Logprobs(ctx, []grpo.Row{row}, 1, false)
+		if err != nil {
+			return nil, err
+		}
+		return lp[0], nil
+	}
+	if policy.paramSync != nil {
+		// Parameters sharded: the weights come from every rank's slices,
+		// and the check's pass runs on every rank (paramsync.go).
+		export = policy.paramSync.export
+		score = scoreService{g: policy.params, policy: policy}.score
+	}
 	opts := vllmOptions(cfg, modelDir, export, ro, log)
 	// Rank 0 alone pushes weights to the replicas all ranks share, and
 	// verifies every push against its own log-probs.
 	opts.Follower = !ro.rank0()
 	if !opts.Follower && opts.SyncMode != engine.SyncNone {
-		opts.Check = syncCheck(modelDir, policy, log)
+		opts.Check = syncCheck(modelDir, score, log)
 	}
 	if len(opts.URLs) == 0 && opts.APIKey == "" && !vllm.IsLoopback(opts.Launch.Host) {
 		// Replicas reachable from the network get a key only this run knows.
@@ -130,8 +143,8 @@ func newBuiltinEngine(ctx context.Context, cfg *config.Config, m *worker.Model, 
 const probeText = "The weather report for tomorrow says that the morning will be"
 
 // syncCheck verifies each weight push: the servers' log-probs of a probe
-// completion against the policy's own (engine.SyncCheck).
-func syncCheck(modelDir string, policy *workerPolicy, log zerolog.Logger) *engine.SyncCheck {
+// completion against the policy's own, from score (engine.SyncCheck).
+func syncCheck(modelDir string, score func(context.Context, grpo.Row) ([]float32, error), log zerolog.Logger) *engine.SyncCheck {
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
 	if tok, err := chat.LoadTokenizer(modelDir); err == nil {
 		if ids := tok.Encode(probeText); len(ids) > 0 {
@@ -145,11 +158,7 @@ func syncCheck(modelDir string, policy *workerPolicy, log zerolog.Logger) *engin
 		for i := range row.LossMask {
 			row.LossMask[i] = 1
 		}
-		lp, err := policy.Logprobs(ctx, []grpo.Row{row}, 1, false)
-		if err != nil {
-			return nil, err
-		}
-		return lp[0], nil
+		return score(ctx, row)
 	}}
 }
 

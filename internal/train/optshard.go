@@ -67,10 +67,16 @@ func (s *optimizerShards) write(ctx context.Context, step int) error {
 type MissingShardError struct {
 	Rank, Step int
 	Path       string
+	// What the file holds ("" means the optimizer slice of a checkpoint).
+	What string
 }
 
 func (e *MissingShardError) Error() string {
-	return fmt.Sprintf("rank %d's optimizer slice of step %d never appeared at %s: is that rank alive, and does it see output_dir (shared storage when ranks run on several machines)?", e.Rank, e.Step, e.Path)
+	what := e.What
+	if what == "" {
+		what = "optimizer slice"
+	}
+	return fmt.Sprintf("rank %d's %s of step %d never appeared at %s: is that rank alive, and does it see output_dir (shared storage when ranks run on several machines)?", e.Rank, what, e.Step, e.Path)
 }
 
 // merge waits until every rank's slice of step is there and merges them
@@ -92,30 +98,38 @@ func (s *optimizerShards) merge(ctx context.Context, m merger, step int, dst str
 // paths in rank order.
 func (s *optimizerShards) await(ctx context.Context, step int) ([]string, error) {
 	paths := make([]string, s.world)
-	start := time.Now()
 	for r := range paths {
 		paths[r] = s.path(step, r)
+	}
+	return paths, awaitRankFiles(ctx, paths, s.poll, s.patience, s.log, step, "checkpoint waits for another rank's optimizer slice")
+}
+
+// awaitRankFiles waits until paths[r], rank r's file for step, exists for
+// every rank, saying after patience whom it waits for; ctx's end is a
+// *MissingShardError naming the first missing one.
+func awaitRankFiles(ctx context.Context, paths []string, poll, patience time.Duration, log zerolog.Logger, step int, waiting string) error {
+	start := time.Now()
+	for r, path := range paths {
 		told := false
 		for {
-			if _, err := os.Stat(paths[r]); err == nil {
+			if _, err := os.Stat(path); err == nil {
 				break
 			} else if !errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("optimizer slice of rank %d: %w", r, err)
+				return fmt.Errorf("slice of rank %d: %w", r, err)
 			}
-			if !told && s.patience > 0 && time.Since(start) > s.patience {
+			if !told && patience > 0 && time.Since(start) > patience {
 				deadline, _ := ctx.Deadline()
-				s.log.Info().Int("rank", r).Int("step", step).Str("path", paths[r]).Time("until", deadline).
-					Msg("checkpoint waits for another rank's optimizer slice")
+				log.Info().Int("rank", r).Int("step", step).Str("path", path).Time("until", deadline).Msg(waiting)
 				told = true
 			}
 			select {
 			case <-ctx.Done():
-				return nil, &MissingShardError{Rank: r, Step: step, Path: paths[r]}
-			case <-time.After(s.poll):
+				return &MissingShardError{Rank: r, Step: step, Path: path}
+			case <-time.After(poll):
 			}
 		}
 	}
-	return paths, nil
+	return nil
 }
 
 // published drops the staged slices of step and earlier once its checkpoint

@@ -33,6 +33,9 @@ type workerPolicy struct {
 	// parameters): every rank takes part in reading the weights, a unit at
 	// a time, for checkpoints and the sampler.
 	params *worker.Group
+	// paramSync stages this rank's parameter slices for rank 0's pushes to
+	// the vLLM replicas (parameters sharded, engine.kind vllm).
+	paramSync *paramSync
 }
 
 func (p *workerPolicy) Logprobs(ctx context.Context, rows []grpo.Row, temperature float64, ref bool) ([][]float32, error) {

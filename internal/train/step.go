@@ -73,6 +73,10 @@ func (r ranks) reduceGrads(ctx context.Context, step int, m *StepMetrics) error 
 		return fmt.Errorf("step %d: reduce gradients: %w", step, err)
 	}
 	m.AllReduceBytes += gs.Bytes
+	// Stage 3's passes gathered the layers (and waited on the collectives
+	// they started) inside forward and backward.
+	m.AllGatherBytes += gs.GatherBytes
+	m.AllGatherTime += gs.PassWait
 	return nil
 }
 

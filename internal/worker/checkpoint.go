@@ -233,9 +233,21 @@ func (m *Model) writeSafetensors(ctx context.Context, path string, kind TensorKi
 }
 
 func (m *Model) writeSafetensorsWith(ctx context.Context, path string, kind TensorKind, meta map[string]string, read tensorReader) error {
-	infos, err := m.tensors(kind, maxTensorName, maxTensorDims)
+	return m.writeSafetensorsFiltered(ctx, path, kind, meta, read, nil)
+}
+
+// writeSafetensorsFiltered writes the tensors of kind that keep accepts
+// (nil: all).
+func (m *Model) writeSafetensorsFiltered(ctx context.Context, path string, kind TensorKind, meta map[string]string, read tensorReader, keep func(string) bool) error {
+	all, err := m.tensors(kind, maxTensorName, maxTensorDims)
 	if err != nil {
 		return err
+	}
+	infos := all[:0:0]
+	for _, t := range all {
+		if keep == nil || keep(t.Name) {
+			infos = append(infos, t)
+		}
 	}
 	specs := make([]model.TensorSpec, len(infos))
 	byName := map[string]TensorInfo{}

@@ -9,6 +9,8 @@ package worker
 import "C"
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"sync"
@@ -147,7 +149,8 @@ func (g *Group) ReduceGrads(ctx context.Context) (GradSyncStats, error) {
 	if err := g.err(ctx, err); err != nil {
 		return GradSyncStats{}, err
 	}
-	return GradSyncStats{Bytes: int64(out.bytes), Buckets: int(out.buckets), Emulated: out.emulated != 0}, nil
+	return GradSyncStats{Bytes: int64(out.bytes), Buckets: int(out.buckets), Emulated: out.emulated != 0,
+		GatherBytes: int64(out.gather_bytes), PassWait: time.Duration(float64(out.wait_seconds) * float64(time.Second))}, nil
 }
 
 // AllReduceSum returns the element-wise sum of values over the ranks: the

@@ -253,3 +253,8 @@ func (g *Group) ReadSharded(ctx context.Context, kind TensorKind, fn func(Tensor
 func (m *Model) ShardMemory(ctx context.Context, resetPeak bool) (ShardMemory, error) {
 	return ShardMemory{}, noCGO("shard memory")
 }
+
+// SaveParameterShard needs cgo.
+func (g *Group) SaveParameterShard(ctx context.Context, path string) error {
+	return noCGO("save parameter shard")
+}

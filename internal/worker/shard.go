@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,6 +67,26 @@ func (g *Group) SaveOptimizerShard(ctx context.Context, path string) error {
 	defer unlock()
 	return g.m.writeSafetensors(ctx, path, KindOptim, map[string]string{
 		"format": optimizerShardFormat, "rank": strconv.Itoa(g.opts.Rank), "world_size": strconv.Itoa(g.opts.WorldSize),
+	})
+}
+
+// SaveParameterShard writes this rank's slices of a ShardParameters
+// model's parameters to path, in SaveOptimizerShard's format without the
+// AdamW moments (the step and the "param." pieces): what a weight push
+// merges with SaveHFFromShards, with no collective and no rank holding the
+// whole model.
+func (g *Group) SaveParameterShard(ctx context.Context, path string) error {
+	if g.opts.Shard != ShardParameters {
+		return fmt.Errorf("save parameter shard %s: the group's stage is %s, not parameters", path, g.opts.Shard)
+	}
+	unlock, err := g.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	meta := map[string]string{"format": optimizerShardFormat, "rank": strconv.Itoa(g.opts.Rank), "world_size": strconv.Itoa(g.opts.WorldSize)}
+	return g.m.writeSafetensorsFiltered(ctx, path, KindOptim, meta, g.m.readTensor, func(name string) bool {
+		return name == optimizerStepName || strings.HasPrefix(name, optimizerParam+".")
 	})
 }
 

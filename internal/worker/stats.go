@@ -53,6 +53,12 @@ type GradSyncStats struct {
 	// all-reduce (Gloo: 1.13 has no reduce-scatter, and 2.14's never
 	// completed in our tests); NCCL runs its own.
 	Emulated bool `json:",omitempty"`
+	// Stage 3 (ShardParameters): the passes since the last ReduceGrads,
+	// which gathered the layers and reduce-scattered their gradients as
+	// they ran: the parameter bytes this rank sent to the all-gathers, and
+	// the time they waited on collectives (the rest overlapped compute).
+	GatherBytes int64         `json:",omitempty"`
+	PassWait    time.Duration `json:",omitempty"`
 }
 
 // DeviceMemory is what the device allocator holds for a model's device.

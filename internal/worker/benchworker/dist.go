@@ -46,13 +46,14 @@ func timedSteps(ctx context.Context, m *worker.Model, g *worker.Group, mb grpo.M
 			}
 			fb += time.Since(t0) // ForwardBackward returns after its loss is read back, so the device is synchronised
 			fbCPU += cpuSeconds() - c0
-			if g != nil && (shard == worker.ShardGradients || micro == accum-1) {
+			if g != nil && (shard >= worker.ShardGradients || micro == accum-1) {
 				r0 := time.Now()
 				sync, err := g.ReduceGrads(ctx)
 				if err != nil {
 					return t, err
 				}
-				red += time.Since(r0)
+				red += time.Since(r0) + sync.PassWait // stage 3: the passes' waits on their collectives
+				gatherBytes += sync.GatherBytes
 				bytes += sync.Bytes
 				buckets += sync.Buckets
 				t.emulated = t.emulated || sync.Emulated
@@ -63,7 +64,8 @@ func timedSteps(ctx context.Context, m *worker.Model, g *worker.Group, mb grpo.M
 			if err != nil {
 				return t, err
 			}
-			gather, gatherBytes = st.CommTime, st.GatherBytes
+			gather = st.CommTime
+			gatherBytes += st.GatherBytes
 		} else if _, err := m.OptimizerStep(ctx, 1e-5); err != nil {
 			return t, err
 		}
@@ -89,7 +91,9 @@ func timedSteps(ctx context.Context, m *worker.Model, g *worker.Group, mb grpo.M
 // name: the time in ReduceGrads per step, summed over the step's
 // reductions (one per micro-batch at stage gradients); a sharded group
 // reduce-scatters, built from an all-reduce where the backend has no
-// reduce-scatter (Gloo in libtorch 1.13: reduce_emulated). allgather_s is
+// reduce-scatter (Gloo in libtorch 1.13: reduce_emulated). At stage 3 the
+// reductions and the layers' all-gathers run inside forward and backward:
+// reduce_s is then the time those passes waited on them. allgather_s is
 // the sharded optimizer step's communication (the gradient norm's
 // all-reduce and the parameters' all-gather; 0 at stage none), comm_s both,
 // comm_fraction its share of the step.
@@ -115,27 +119,4 @@ func setDist(res *result, t trainTimes, o options) {
 	res.CommSeconds = res.ReduceSeconds + res.AllGatherSeconds
 	res.CommFraction = (t.reduce + t.gather).Seconds() / t.elapsed.Seconds()
 	res.ReduceEmulated = t.emulated
-}
-
-// heldBytes is what m holds of each kind after training: the trainable
-// parameters (all weights; the benchmark does not train LoRA), their
-// gradients and the optimizer state (AdamW's moments and step counter).
-// Under a shard the optimizer state, and at ShardGradients the gradients,
-// are this rank's slices.
-func heldBytes(m *worker.Model) (params, grads, optim int64, err error) {
-	sum := func(kind worker.TensorKind) (int64, error) {
-		infos, err := m.Tensors(kind)
-		if err != nil {
-			return 0, err
-		}
-		return worker.TensorBytes(infos), nil
-	}
-	if params, err = sum(worker.KindWeight); err != nil {
-		return
-	}
-	if grads, err = sum(worker.KindGrad); err != nil {
-		return
-	}
-	optim, err = sum(worker.KindOptim)
-	return
 }

@@ -44,6 +44,7 @@ type options struct {
 	masterPort      int
 	bucketMiB       float64
 	shard           string
+	loraRank        int
 	gradAccum       int
 	initPreset      string
 	vocab           int
@@ -94,6 +95,9 @@ type result struct {
 	ParamBytes     int64 `json:"param_bytes,omitempty"`
 	GradBytes      int64 `json:"grad_bytes,omitempty"`
 	OptimizerBytes int64 `json:"optimizer_bytes,omitempty"`
+	// PeakGatheredBytes is the most a ZeRO-3 rank held gathered at once
+	// (full units, prefetch and gradients awaiting reduce-scatter).
+	PeakGatheredBytes int64 `json:"peak_gathered_bytes,omitempty"`
 	// CPU is the processor and its ISA; DecodeKernels the CPU decode
 	// kernels chosen at load (their summary and the choice itself).
 	CPU                 worker.CPU            `json:"cpu"`
@@ -133,7 +137,8 @@ func main() {
 	flag.StringVar(&o.masterAddr, "master-addr", "127.0.0.1", "rendezvous address, served by rank 0 (with --world-size)")
 	flag.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (with --world-size)")
 	flag.Float64Var(&o.bucketMiB, "bucket-mb", 25, "gradient all-reduce bucket size in MiB (with --world-size)")
-	flag.StringVar(&o.shard, "shard", "none", "none, optimizer (ZeRO-1) or gradients (ZeRO-2): shard the optimizer over the ranks (with --world-size)")
+	flag.StringVar(&o.shard, "shard", "none", "none, optimizer (ZeRO-1), gradients (ZeRO-2) or parameters (ZeRO-3): shard the optimizer, the gradients and the parameters over the ranks (with --world-size)")
+	flag.IntVar(&o.loraRank, "lora", 0, "train LoRA adapters of this rank on every projection instead of every weight (0: full fine-tuning)")
 	flag.IntVar(&o.gradAccum, "grad-accum", 1, "micro-batches of --rows rows per training step")
 	flag.StringVar(&o.initPreset, "init", "", "write a random model of this preset into --model and exit")
 	flag.IntVar(&o.vocab, "vocab", 0, "with --init: vocabulary size (0 = the preset's)")
@@ -175,9 +180,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m, err := lib.LoadModel(ctx, worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
+	mo := worker.ModelOptions{Dir: o.model, Device: o.device, DType: o.dtype, Threads: o.threads,
 		GradientCheckpointing: o.checkpointing, LogprobPath: lpPath, LogprobChunkRows: o.chunkRows,
-		DecodeKernels: o.decodeKernels, KernelCacheDir: o.kernelCache})
+		DecodeKernels: o.decodeKernels, KernelCacheDir: o.kernelCache}
+	if o.loraRank > 0 {
+		mo.LoRA = &worker.LoRAOptions{Rank: o.loraRank, Alpha: 2 * float64(o.loraRank)}
+	}
+	m, err := lib.LoadModel(ctx, mo)
 	if err != nil {
 		return err
 	}
@@ -246,9 +255,12 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 		res.GradAccum = o.gradAccum
-		if res.ParamBytes, res.GradBytes, res.OptimizerBytes, err = heldBytes(m); err != nil {
+		held, err := m.ShardMemory(ctx, false)
+		if err != nil {
 			return err
 		}
+		res.ParamBytes, res.GradBytes, res.OptimizerBytes = held.ParamBytes, held.GradBytes, held.OptimBytes
+		res.PeakGatheredBytes = held.PeakGatheredBytes
 	}
 	if group != nil { // the step's time includes waiting for the slowest rank
 		res.WorldSize, res.Rank, res.Backend = o.worldSize, o.rank, group.Backend()

@@ -118,8 +118,9 @@ struct Shard {
   std::vector<ParamUnit> units;
   bool sliced = false;
   Group* group = nullptr;
-  int64_t sync_bytes = 0;
+  int64_t sync_bytes = 0, sync_gather_bytes = 0;
   int32_t sync_buckets = 0;
+  double sync_wait_seconds = 0;
   int64_t gathered_bytes = 0, peak_gathered_bytes = 0;  // full tensors gathered now, and at most since the last reset
   // The unit ort_group_gather_unit gathered last, for reads by name.
   int staged_unit = -1;

@@ -250,6 +250,14 @@ struct ShardedPass {
   const ParamUnit& unit(size_t u) { return sh().units.at(u); }
   bool uses_ref(size_t u) { return reference && m.opts.lora_rank <= 0; }
 
+  // timed runs f, adding its time to what the passes waited on collectives.
+  template <typename F>
+  void timed(F&& f) {
+    const auto t0 = Clock::now();
+    f();
+    sh().sync_wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   void count(int64_t delta) {
     sh().gathered_bytes += delta;
     sh().peak_gathered_bytes = std::max(sh().peak_gathered_bytes, sh().gathered_bytes);
@@ -257,6 +265,7 @@ struct ShardedPass {
 
   void start_part(UnitGather& ug, at::Tensor* full, const at::Tensor& data, int64_t chunk, const std::string& what) {
     auto mine = padded(data.to(wire_dtype(g, m.dtype)), chunk);
+    sh().sync_gather_bytes += mine.nbytes();
     *full = at::empty({chunk * g.size}, mine.options());
     ug.bytes += full->nbytes();
     ug.works.push_back(start_allgather(g, mine, *full, "all-gather " + unit(ug.unit).what + " (" + what + ")"));
@@ -287,7 +296,9 @@ struct ShardedPass {
 
   void finish(UnitGather& ug) {
     const auto& pu = unit(ug.unit);
-    for (const auto& w : ug.works) await(g, w, "all-gather " + pu.what, cancel);
+    timed([&] {
+      for (const auto& w : ug.works) await(g, w, "all-gather " + pu.what, cancel);
+    });
     ug.works.clear();
     int64_t bytes = 0;
     auto narrow = [&](at::Tensor& t, int64_t numel) {
@@ -399,7 +410,7 @@ struct ShardedPass {
 
   void finish_reduce() {
     auto& r = reduces.front();
-    await(g, r.work, r.name, cancel);
+    timed([&] { await(g, r.work, r.name, cancel); });
     auto& b = sh().buckets[r.bucket];
     auto mine = finish_reduce_scatter(g, r.flat, r.out, b.chunk).narrow(0, 0, b.hi - b.lo);
     if (!b.grad.defined()) b.grad = at::zeros({b.hi - b.lo}, mine.options().dtype(m.dtype));

@@ -236,8 +236,11 @@ ort_grad_sync reduce_grads(Group& g, Model& m, const volatile int32_t* cancel) {
     out.bytes = sh.sync_bytes;
     out.buckets = sh.sync_buckets;
     out.emulated = native_reduce_scatter(g) ? 0 : 1;
-    sh.sync_bytes = 0;
+    out.gather_bytes = sh.sync_gather_bytes;
+    out.wait_seconds = sh.sync_wait_seconds;
+    sh.sync_bytes = sh.sync_gather_bytes = 0;
     sh.sync_buckets = 0;
+    sh.sync_wait_seconds = 0;
     return out;
   }
   at::NoGradGuard ng;

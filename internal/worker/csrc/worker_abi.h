@@ -335,6 +335,12 @@ typedef struct {
   int64_t bytes;    /* bytes each rank contributed, as sent (Gloo sends 16-bit floats as float32) */
   int32_t buckets;  /* collectives, one per bucket */
   int32_t emulated; /* 1: reduce-scatter built from an all-reduce (Gloo) */
+  /* Stage 3 (ABI 11): what the passes since the last call did besides the
+   * reduce-scatters above: the parameter bytes this rank sent to the
+   * layers' all-gathers, and the seconds they waited on all-gathers and
+   * reduce-scatters (the rest overlapped computation). */
+  int64_t gather_bytes;
+  double wait_seconds;
 } ort_grad_sync;
 
 /* What one sharded optimizer step did besides the update. */
