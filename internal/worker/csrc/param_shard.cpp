@@ -240,7 +240,6 @@ struct ShardedPass {
   at::Tensor norm_w;        // the final norm's weight, a leaf when trainable
   UnitGather head;          // the gathered LM head
   at::Tensor head_w;        // its weight, a leaf when trainable
-  at::Tensor tied_grad;     // a tied LM head's gradient, added to the embedding's
   bool clean = false;       // every collective started was awaited
 
   ShardedPass(Model& mm, Group& gg, bool ref, const volatile int32_t* c) : m(mm), g(gg), reference(ref), cancel(c) {}
@@ -402,6 +401,7 @@ struct ShardedPass {
              "reduce-scatter " + pu.what};
     if (native_reduce_scatter(g)) r.out = at::empty({b.chunk}, r.flat.options());
     r.work = start_reduce_scatter(g, r.flat, r.out, r.name);
+    count(r.flat.nbytes());  // a full gradient until its reduce-scatter ends
     sh().sync_bytes += r.flat.nbytes();
     sh().sync_buckets++;
     for (auto i : b.params) sh().has_grad[i] = 1;
@@ -415,6 +415,7 @@ struct ShardedPass {
     auto mine = finish_reduce_scatter(g, r.flat, r.out, b.chunk).narrow(0, 0, b.hi - b.lo);
     if (!b.grad.defined()) b.grad = at::zeros({b.hi - b.lo}, mine.options().dtype(m.dtype));
     b.grad.add_(cast(mine.div(g.size), m.dtype));  // as stage 2: the slice keeps the tensors' dtype
+    count(-r.flat.nbytes());
     reduces.pop_front();
   }
 
@@ -579,13 +580,11 @@ at::Tensor sharded_lm_head(ShardedPass& p, bool grad) {
 }
 
 void sharded_head_done(ShardedPass& p) {
+  // A tied head's gradient goes to the embedding's slice now, and the
+  // lookup's joins it after the backward: two reduce-scatters into one
+  // slice rather than a vocabulary-sized gradient held through the layers.
   if (p.head_w.defined() && p.head_w.requires_grad()) {
-    auto gw = p.head_w.grad().defined() ? p.head_w.grad().detach() : at::zeros_like(p.head_w);
-    if (p.m.arch.tie_embeddings) {
-      p.tied_grad = gw;
-    } else {
-      p.reduce(head_unit(p.m), gw);
-    }
+    p.reduce(head_unit(p.m), p.head_w.grad().defined() ? p.head_w.grad().detach() : at::zeros_like(p.head_w));
   }
   p.head_w = at::Tensor();
   p.release(p.head);
@@ -600,17 +599,13 @@ void finish_sharded_pass(ShardedPass& p, bool trained) {
     }
     const auto& e = m.shard.units[0];
     if (e.bucket != SIZE_MAX) {  // the embedding trains: its flat is the one weight
-      const auto& b = m.shard.buckets[e.bucket];
-      auto dense = p.tied_grad.defined() ? p.tied_grad.reshape({m.arch.vocab_size, m.arch.hidden_size})
-                                         : at::zeros({m.arch.vocab_size, m.arch.hidden_size},
-                                                     at::TensorOptions().dtype(m.dtype).device(m.device));
+      auto dense = at::zeros({m.arch.vocab_size, m.arch.hidden_size}, at::TensorOptions().dtype(m.dtype).device(m.device));
       if (p.x0.grad().defined()) {
         dense.index_add_(0, p.ids.reshape({-1}), p.x0.grad().reshape({-1, m.arch.hidden_size}).to(dense.scalar_type()));
       }
       p.count(dense.nbytes());
       p.reduce(0, dense);
       p.count(-dense.nbytes());
-      (void)b;
     }
   }
   while (!p.reduces.empty()) p.finish_reduce();
@@ -621,7 +616,6 @@ void finish_sharded_pass(ShardedPass& p, bool trained) {
   }
   p.x0 = at::Tensor();
   p.norm_w = at::Tensor();
-  p.tied_grad = at::Tensor();
   p.clean = true;
 }
 
