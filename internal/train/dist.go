@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"github.com/ortrain/ortrain/internal/curriculum"
+	"os"
 	"strings"
 	"time"
 
