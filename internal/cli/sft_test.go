@@ -49,10 +49,15 @@ func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 	data := filepath.Join(f.work, "demos.jsonl")
 	code, _, errOut := execCLI(t, nil, "env", "demos", "lockbox", "--n", "24", "--skill", "0.5", "--out", data)
 	require.Equal(t, ExitOK, code, errOut)
+	evalData := filepath.Join(f.work, "eval.jsonl")
+	code, _, errOut = execCLI(t, nil, "env", "demos", "lockbox", "--n", "5", "--skill", "0.5", "--out", evalData)
+	require.Equal(t, ExitOK, code, errOut)
 	write := func(name string, batch int, extra string) (string, string) {
 		dir := filepath.Join(f.work, name)
 		cfg := filepath.Join(f.work, name+".yaml")
-		require.NoError(t, os.WriteFile(cfg, []byte(sftConfigYAML(f.modelDir, dir, data, batch, 3)+extra), 0o644))
+		// 5 held-out rows: the two ranks score 3 and 2 of them.
+		body := strings.Replace(sftConfigYAML(f.modelDir, dir, data, batch, 3), "  save_steps: 0\n", "  save_steps: 0\n  eval_data: "+evalData+"\n  eval_steps: 1\n", 1)
+		require.NoError(t, os.WriteFile(cfg, []byte(body+extra), 0o644))
 		return cfg, dir
 	}
 	cfg1, dir1 := write("sft-1rank", 4, "")
@@ -71,7 +76,7 @@ func TestSFTDataParallelMatchesOneRank(t *testing.T) {
 			require.Len(t, one, 3)
 			require.Len(t, two, 3)
 			for i := range one {
-				for _, k := range []string{"loss", "mean_token_accuracy", "grad_norm"} {
+				for _, k := range []string{"loss", "mean_token_accuracy", "grad_norm", "eval_loss"} {
 					assert.InDelta(t, one[i][k], two[i][k], 1e-5*max(1, math.Abs(one[i][k])), "%s of step %d", k, i+1)
 				}
 				assert.Equal(t, one[i]["num_tokens"], two[i]["num_tokens"], "step %d", i+1)

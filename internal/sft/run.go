@@ -374,11 +374,23 @@ func (r *runner) evalLoss(ctx context.Context) (float64, error) {
 	lo, hi := min(rank*per, len(r.evalRows)), min((rank+1)*per, len(r.evalRows))
 	var sum, n float64
 	b := max(1, r.cfg.SFT.PerDeviceTrainBatchSize)
-	for i := lo; i < hi; i += b {
-		rows := r.evalRows[i:min(i+b, hi)]
+	calls := (hi - lo + b - 1) / b
+	if r.tr.PassesAreCollective() {
+		calls = (per + b - 1) / b // as many passes as the rank with the most rows
+	}
+	for c := range calls {
+		i := lo + c*b
+		rows := r.evalRows[min(i, hi):min(i+b, hi)]
+		filler := len(rows) == 0
+		if filler {
+			rows = r.evalRows[:1] // a pass that keeps this rank in step with the others; its result is not counted
+		}
 		lps, err := r.tr.Logprobs(ctx, rows)
 		if err != nil {
 			return 0, err
+		}
+		if filler {
+			continue
 		}
 		for j, row := range rows {
 			for k, mk := range row.LossMask {

@@ -199,6 +199,13 @@ func (t *Trainer) ResumeState(v any) error {
 
 // Rank and WorldSize place this process in a data-parallel run.
 func (t *Trainer) Rank() int      { return t.ro.World.Rank }
+
+// PassesAreCollective says whether every Logprobs call is a collective
+// (parameters sharded over the ranks): each rank must then make the same
+// calls, whatever its share of the rows.
+func (t *Trainer) PassesAreCollective() bool {
+	return t.group != nil && t.group.Shard() == worker.ShardParameters
+}
 func (t *Trainer) WorldSize() int { return reducerOf(t.collectives()).worldSize() }
 
 func (t *Trainer) collectives() collectives {
