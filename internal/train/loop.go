@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ortrain/ortrain/internal/curriculum"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/reward"

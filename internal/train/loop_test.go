@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"github.com/ortrain/ortrain/internal/curriculum"
 	"math"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/rollout"
 	"github.com/ortrain/ortrain/internal/worker"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ortrain/ortrain/internal/curriculum"
 	"math"
 	"os"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ortrain/ortrain/internal/chat"
 	"github.com/ortrain/ortrain/internal/config"
+	"github.com/ortrain/ortrain/internal/curriculum"
 	"github.com/ortrain/ortrain/internal/engine"
 	"github.com/ortrain/ortrain/internal/grpo"
 	"github.com/ortrain/ortrain/internal/launch"

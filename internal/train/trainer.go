@@ -198,7 +198,7 @@ func (t *Trainer) ResumeState(v any) error {
 }
 
 // Rank and WorldSize place this process in a data-parallel run.
-func (t *Trainer) Rank() int      { return t.ro.World.Rank }
+func (t *Trainer) Rank() int { return t.ro.World.Rank }
 
 // PassesAreCollective says whether every Logprobs call is a collective
 // (parameters sharded over the ranks): each rank must then make the same
