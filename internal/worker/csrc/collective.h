@@ -105,9 +105,12 @@ at::Tensor finish_reduce_scatter(const Group& g, const at::Tensor& flat, const a
 // [size * chunk], rank r's at r * chunk.
 c10::intrusive_ptr<c10d::Work> start_allgather(Group& g, at::Tensor& mine, at::Tensor& full, const std::string& op);
 
-// param_shard.cpp: stage 3's layout, and the binding of a model to the
+// param_layout.cpp: stage 3's layout, and the binding of a model to the
 // group its gathers run on (cleared by free_group and ort_model_free).
 Shard build_param_shard(Model& m, int rank, int size);
+// slice_params cuts every unit's slices out of the full tensors and drops
+// them (param_layout.cpp; the first pass or gather does it).
+void slice_params(Model& m);
 void bind_param_group(Group& g, Model& m);
 void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& parts);
 

@@ -52,6 +52,9 @@ struct TensorMeta {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// kPeftPrefix starts PEFT's names of trainable tensors.
+constexpr const char* kPeftPrefix = "base_model.model.";
+
 // KVCache holds keys/values per layer, [B, nkv, Lmax, hd].
 struct KVCache {
   std::vector<at::Tensor> k, v;
