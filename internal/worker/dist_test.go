@@ -71,6 +71,17 @@ type distModel struct {
 	Seed      int64 // LoRA initialisation
 	LoRA      bool
 	Reference bool // a frozen reference copy (full fine-tuning)
+	NoKL      bool // train with beta 0 (else distBeta)
+}
+
+// distBeta is the KL coefficient the data-parallel tests train with.
+const distBeta = 0.04
+
+func (d distModel) beta() float64 {
+	if d.NoKL {
+		return 0
+	}
+	return distBeta
 }
 
 func (d distModel) options() ModelOptions {
@@ -97,12 +108,12 @@ const (
 // sharded group reduces after every micro-batch (ShardGradients) or after
 // the last, and steps with Group.OptimizerStep. It returns the global loss
 // of each step and what each gradient reduction sent.
-func trainRanks(ctx context.Context, m *Model, g *Group, loss grpo.LossType, rank, world int) ([]float64, []GradSyncStats, error) {
+func trainRanks(ctx context.Context, m *Model, g *Group, loss grpo.LossType, beta float64, rank, world int) ([]float64, []GradSyncStats, error) {
 	cfg := grpo.DefaultLossConfig()
 	cfg.Type = loss
 	cfg.ISCorrection = grpo.ISCorrectionOff
 	cfg.MaxCompletionLength = 8
-	cfg.Beta = 0.04
+	cfg.Beta = beta
 	var losses []float64
 	var syncs []GradSyncStats
 	for step := range distSteps {
@@ -207,7 +218,7 @@ func TestDistRankProcess(t *testing.T) {
 	switch job.Role {
 	case "train":
 		require.NoError(t, g.BroadcastTrainable(ctx))
-		_, _, err := trainRanks(ctx, m, g, job.Loss, job.Rank, job.World)
+		_, _, err := trainRanks(ctx, m, g, job.Loss, job.Opts.beta(), job.Rank, job.World)
 		require.NoError(t, err)
 		_, _, err = rankExtremes(ctx, g)
 		require.NoError(t, err)
@@ -400,7 +411,7 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 			peer := startRank(t, distJob{Role: "train", Opts: other, Port: port, Rank: 1, World: 2, TimeoutMS: 60000, Loss: tc.loss})
 
 			single := loadTiny(t, opts.options())
-			wantLoss, _, err := trainRanks(ctx, single, nil, tc.loss, 0, 1)
+			wantLoss, _, err := trainRanks(ctx, single, nil, tc.loss, distBeta, 0, 1)
 			require.NoError(t, err)
 
 			m := loadTiny(t, opts.options())
@@ -409,7 +420,7 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 			t.Cleanup(func() { g.Close() })
 			require.Equal(t, "gloo", g.Backend())
 			require.NoError(t, g.BroadcastTrainable(ctx))
-			gotLoss, syncs, err := trainRanks(ctx, m, g, tc.loss, 0, 2)
+			gotLoss, syncs, err := trainRanks(ctx, m, g, tc.loss, distBeta, 0, 2)
 			require.NoError(t, err)
 			lo, hi, err := rankExtremes(ctx, g)
 			require.NoError(t, err)

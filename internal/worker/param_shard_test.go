@@ -88,13 +88,13 @@ func stage3Checks(ctx context.Context, m *Model, g *Group, reference bool) (stag
 func TestShardedParametersMatchOneProcess(t *testing.T) {
 	requireGloo(t)
 	type variant struct {
-		name             string
-		lora, ref, untie bool
+		name                   string
+		lora, ref, untie, nokl bool
 	}
 	variants := []variant{
-		{name: "full", ref: true},
-		{name: "full-noref-untied", untie: true},
-		{name: "lora", lora: true},
+		{name: "full-beta", ref: true},                        // the frozen reference copy, sharded too
+		{name: "full-nobeta-untied", untie: true, nokl: true}, // beta 0, no reference; an LM head of its own
+		{name: "lora-beta", lora: true},                       // the reference is the base, adapters off
 	}
 	// 12 layers: the peak of gathered bytes is a few layers', not the model's.
 	t.Run("2ranks/grpo/full-12layers/float32", func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestShardedParametersMatchOneProcess(t *testing.T) {
 				for _, dtype := range []string{"float64", "float32", "bfloat16"} {
 					name := fmt.Sprintf("%dranks/%s/%s/%s", world, strings.ToLower(loss.String()), v.name, dtype)
 					t.Run(name, func(t *testing.T) {
-						opts := distModel{Dir: tinyDir(t, 1), DType: dtype, Seed: 1, LoRA: v.lora, Reference: v.ref}
+						opts := distModel{Dir: tinyDir(t, 1), DType: dtype, Seed: 1, LoRA: v.lora, Reference: v.ref, NoKL: v.nokl}
 						if v.untie {
 							opts.Dir = tinyUntiedDir(t)
 						}
@@ -144,7 +144,7 @@ func checkStage3(t *testing.T, world int, loss grpo.LossType, opts distModel) (m
 	}
 
 	single := loadTiny(t, opts.options())
-	wantLoss, _, err := trainRanks(ctx, single, nil, loss, 0, 1)
+	wantLoss, _, err := trainRanks(ctx, single, nil, loss, opts.beta(), 0, 1)
 	require.NoError(t, err)
 
 	m := loadTiny(t, opts.options())
@@ -153,7 +153,7 @@ func checkStage3(t *testing.T, world int, loss grpo.LossType, opts distModel) (m
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	require.NoError(t, g.BroadcastTrainable(ctx))
-	gotLoss, syncs, err := trainRanks(ctx, m, g, loss, 0, world)
+	gotLoss, syncs, err := trainRanks(ctx, m, g, loss, opts.beta(), 0, world)
 	require.NoError(t, err)
 	_, _, err = rankExtremes(ctx, g)
 	require.NoError(t, err)
@@ -252,9 +252,9 @@ func checkStage3(t *testing.T, world int, loss grpo.LossType, opts distModel) (m
 		}
 	}
 	require.NoError(t, resumed.LoadOptimizer(ctx, merged))
-	wantMore, _, err := trainRanks(ctx, single, nil, loss, 0, 1)
+	wantMore, _, err := trainRanks(ctx, single, nil, loss, opts.beta(), 0, 1)
 	require.NoError(t, err)
-	gotMore, _, err := trainRanks(ctx, resumed, nil, loss, 0, 1)
+	gotMore, _, err := trainRanks(ctx, resumed, nil, loss, opts.beta(), 0, 1)
 	require.NoError(t, err)
 	for i := range wantMore {
 		assert.InDelta(t, wantMore[i], gotMore[i], lossTol, "resumed step %d loss", distSteps+i)

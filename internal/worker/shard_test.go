@@ -119,7 +119,7 @@ func checkSharded(t *testing.T, stage ShardStage, world int, loss grpo.LossType,
 	}
 
 	single := loadTiny(t, opts.options())
-	wantLoss, _, err := trainRanks(ctx, single, nil, loss, 0, 1)
+	wantLoss, _, err := trainRanks(ctx, single, nil, loss, opts.beta(), 0, 1)
 	require.NoError(t, err)
 
 	m := loadTiny(t, opts.options())
@@ -128,7 +128,7 @@ func checkSharded(t *testing.T, stage ShardStage, world int, loss grpo.LossType,
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	require.NoError(t, g.BroadcastTrainable(ctx))
-	gotLoss, syncs, err := trainRanks(ctx, m, g, loss, 0, world)
+	gotLoss, syncs, err := trainRanks(ctx, m, g, loss, opts.beta(), 0, world)
 	require.NoError(t, err)
 	// The peers' role continues with these collectives.
 	_, _, err = rankExtremes(ctx, g)
