@@ -129,7 +129,9 @@ func (g *Group) BroadcastTrainable(ctx context.Context) error {
 // the ranks, in flat buckets of at most BucketBytes (one collective each).
 // Without a shard, and with ShardOptimizer, call it once per optimizer step
 // after the last micro-batch's ForwardBackward and before the optimizer
-// step; with ShardGradients after every micro-batch's. With LoRA only the
+// step; with ShardGradients and ShardParameters after every micro-batch's
+// (at stage 3 the backward already reduce-scattered each layer as it ended:
+// the call reports what the passes sent and waited). With LoRA only the
 // adapters' and modules_to_save's gradients exist, so only they are sent.
 // With a shard each rank keeps only its slice of the average.
 func (g *Group) ReduceGrads(ctx context.Context) (GradSyncStats, error) {

@@ -21,8 +21,9 @@ func (g *Group) Shard() ShardStage { return g.opts.Shard }
 // OptimizerStep is the optimizer step of a sharded group (Shard() is not
 // ShardNone), in place of Model.OptimizerStep: the gradients' global norm
 // over every rank's slice (one all-reduce), clipping by it, AdamW on this
-// rank's slice, and an all-gather of the parameters so every rank holds the
-// whole updated model. Every rank calls it after ReduceGrads. Once started
+// rank's slice, and (stages 1 and 2) an all-gather of the parameters so
+// every rank holds the whole updated model; at ShardParameters the slices
+// are the parameters and the next pass gathers them. Every rank calls it after ReduceGrads. Once started
 // it runs to the end (bounded by the group's timeout): ctx is checked
 // before, not during.
 func (g *Group) OptimizerStep(ctx context.Context, lr float64) (ShardStepStats, error) {

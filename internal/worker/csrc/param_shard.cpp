@@ -474,16 +474,6 @@ void gather_unit(Group& g, Model& m, int32_t u, int32_t* units, const volatile i
       staged[t.first] = ug.train.narrow(0, off, t.second.numel()).view(t.second.sizes()).to(at::kCPU);
       off += t.second.numel();
     }
-    if (ug.frozen.defined()) {  // the originals of modules_to_save, under their HF names
-      int64_t o = 0;
-      for (const auto& n : m.shard.units[u].base.names) {
-        const auto& shape = m.expected_shapes.at(n);
-        int64_t k = 1;
-        for (auto d : shape) k *= d;
-        staged["base:" + n] = ug.frozen.narrow(0, o, k).view(shape).to(at::kCPU);
-        o += k;
-      }
-    }
   }
   m.shard.staged_unit = u;
   p.release(ug);

@@ -368,8 +368,10 @@ int ort_group_broadcast_trainable(ort_group *g, ort_model *m, int32_t root, cons
 int ort_group_reduce_grads(ort_group *g, ort_model *m, ort_grad_sync *out, const volatile int32_t *cancel, char *err,
                            size_t err_len);
 /* The optimizer step of a sharded model (shard != NONE): global-norm
- * clipping over every rank's slice, AdamW on this rank's slice, then an
- * all-gather of the parameters, so every rank holds the whole updated model.
+ * clipping over every rank's slice, AdamW on this rank's slice, then (stages
+ * 1 and 2) an all-gather of the parameters, so every rank holds the whole
+ * updated model; at stage 3 the slices are the parameters, and the next
+ * pass gathers them.
  * Runs to the end once started (no cancel): a half-gathered model would be
  * worse than a late one; the group's timeout still bounds it. */
 int ort_group_optimizer_step(ort_group *g, ort_model *m, double lr, ort_shard_step_stats *out, char *err,
